@@ -1,0 +1,1 @@
+"""Gymnasium environments around the speculative decoding loop (installed as ``specrl.envs``)."""

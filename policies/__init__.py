@@ -1,0 +1,1 @@
+"""PPO and the baseline K controllers (installed as ``specrl.policies``)."""

@@ -1,0 +1,45 @@
+"""The ``specrl`` command line: one subcommand per job, each defined in the module that does it.
+
+Every module listed in ``COMMAND_MODULES`` exposes ``add_parser(subparsers)``, which adds its
+subcommand and sets ``func`` to a callable taking the parsed arguments. Modules are imported
+only when the command line is built, so ``import specrl`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specrl.errors import SpecrlError
+
+COMMAND_MODULES = [
+    "specrl.models.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specrl",
+        description="Learn when speculative decoding pays, and with how many draft tokens.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecrlError as err:
+        print(f"specrl: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specrl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Errors that the command line turns into a one-line message instead of a traceback."""
+
+
+class SpecrlError(Exception):
+    """A user-facing error: the message says what was wrong and what to do."""

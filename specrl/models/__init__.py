@@ -1,0 +1,1 @@
+"""Model pairs: loading any Hugging Face draft/target pair, and building the offline default."""
