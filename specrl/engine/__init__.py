@@ -1,0 +1,5 @@
+"""The live decode loop: a batched draft/target speculative decoding engine."""
+
+from specrl.engine.stats import Finished, StepStats
+
+__all__ = ["Finished", "StepStats"]
