@@ -3,3 +3,7 @@
 
 class SpecrlError(Exception):
     """A user-facing error: the message says what was wrong and what to do."""
+
+
+class InvalidRequestError(SpecrlError, ValueError):
+    """An argument to the engine is out of range; the engine state is left unchanged."""

@@ -1,0 +1,444 @@
+"""SpecEngine: continuous-batching speculative decoding with K chosen per step.
+
+One step for the running batch:
+
+1. **admit**: waiting requests take free slots; the target prefills their prompts (all but
+   the last token, which every step feeds as the row's pending token).
+2. **draft** (K > 0): the draft first catches up on committed tokens it has not read (a new
+   prompt, or everything committed while K was 0), then proposes K tokens per row.
+3. **verify**: one target forward over ``[pending, d_1 .. d_K]`` per row.
+4. **accept**: rejection sampling (exact match for greedy rows) commits the accepted prefix
+   plus one recovered or bonus token; EOS and the token budget cut a row's block short.
+5. **retire**: finished rows leave; the last live rows move into their slots so the running
+   batch always occupies slots ``0 .. B-1`` and every forward works on cache views.
+
+Invariants per row: the target cache holds positions ``0 .. seq_len-2`` (the last committed
+token is pending); the draft cache holds ``0 .. draft_len-1`` with ``draft_len <= seq_len``.
+With K = 0 the draft does not run at all and its ``draft_len`` falls behind.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from specrl.engine.kv import SlotKVCache
+from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block
+from specrl.engine.stats import Finished, StepStats
+from specrl.errors import InvalidRequestError
+
+
+@dataclass
+class _Request:
+    request_id: int
+    prompt: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    eos_token_id: int | None
+    generator: torch.Generator | None  # None for greedy rows: they draw no random numbers
+    tokens: list[int] = field(default_factory=list)  # prompt + committed
+    draft_len: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def generated(self) -> int:
+        return len(self.tokens) - len(self.prompt)
+
+
+def _vocab_size(model) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+class SpecEngine:
+    """A batched draft/target speculative decoding engine over Hugging Face causal LMs.
+
+    :param target: the model whose output distribution is preserved.
+    :param draft: the proposer; ``None`` builds a target-only engine (only ``k=0`` allowed).
+    :param max_batch: slots in the running batch; further requests wait in a queue.
+    :param max_len: most tokens (prompt + generated) per request; caches are sized by it.
+    :param k_max: the largest K a step may ask for.
+    :param device: where models and caches live; default: the target's device.
+    :param max_waiting: queue limit; ``add`` refuses requests beyond it.
+    :param seed: seeds the generators of sampled requests added without a seed.
+    """
+
+    def __init__(
+        self,
+        target,
+        draft=None,
+        *,
+        max_batch: int,
+        max_len: int,
+        k_max: int,
+        device: str | torch.device | None = None,
+        max_waiting: int = 4096,
+        seed: int = 0,
+    ):
+        for name, value, low in (("max_batch", max_batch, 1), ("max_len", max_len, 2),
+                                 ("k_max", k_max, 0), ("max_waiting", max_waiting, 0)):
+            if not isinstance(value, int) or value < low:
+                raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.device = torch.device(device) if device is not None else target.device
+        self.target = target.to(self.device).eval()
+        self.draft = draft.to(self.device).eval() if draft is not None else None
+        self.vocab_size = _vocab_size(self.target)
+        for name, model in (("target", self.target), ("draft", self.draft)):
+            if model is None:
+                continue
+            impl = model.config._attn_implementation
+            if impl not in ("sdpa", "eager"):
+                raise InvalidRequestError(
+                    f"{name} uses attention '{impl}'; SpecEngine passes per-row 4D masks, "
+                    "load the model with attn_implementation='sdpa' or 'eager'"
+                )
+        if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
+            raise InvalidRequestError(
+                f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "
+                f"({self.vocab_size}); use a draft trained with the target's tokenizer"
+            )
+        self.max_batch, self.max_len, self.k_max, self.max_waiting = (
+            max_batch, max_len, k_max, max_waiting,
+        )
+        self._target_cache = self._new_cache(self.target)
+        self._draft_cache = self._new_cache(self.draft) if self.draft is not None else None
+        self._running: list[_Request] = []
+        self._waiting: deque[_Request] = deque()
+        self._finished: list[Finished] = []
+        self._next_id = 0
+        self._seed_source = torch.Generator().manual_seed(seed)
+
+    def _new_cache(self, model) -> SlotKVCache:
+        dtype = next(model.parameters()).dtype
+        return SlotKVCache(model.config, max_batch=self.max_batch, max_len=self.max_len,
+                           device=self.device, dtype=dtype)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    def add(
+        self,
+        prompt_ids,
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        eos_token_id: int | None = None,
+    ) -> int:
+        """Queue a request; it joins the running batch at the next step with a free slot.
+
+        Returns the request id. Invalid arguments raise :class:`InvalidRequestError` and leave
+        the engine unchanged.
+        """
+        prompt = self._check_prompt(prompt_ids)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise InvalidRequestError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+            raise InvalidRequestError(
+                f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}"
+            )
+        if not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {top_p!r}")
+        if seed is not None and not isinstance(seed, int):
+            raise InvalidRequestError(f"seed must be an integer or None, got {seed!r}")
+        if eos_token_id is not None and not (0 <= eos_token_id < self.vocab_size):
+            raise InvalidRequestError(
+                f"eos_token_id {eos_token_id} is outside the vocabulary [0, {self.vocab_size})"
+            )
+        if len(self._waiting) >= self.max_waiting:
+            raise InvalidRequestError(
+                f"the queue is full ({self.max_waiting} waiting requests); step the engine "
+                "until requests finish, or create it with a larger max_waiting"
+            )
+        generator = None
+        if temperature > 0:
+            if seed is None:
+                seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
+            generator = torch.Generator().manual_seed(seed)
+        request = _Request(
+            request_id=self._next_id, prompt=prompt, max_new_tokens=max_new_tokens,
+            temperature=float(temperature), top_p=float(top_p), eos_token_id=eos_token_id,
+            generator=generator, tokens=list(prompt),
+        )
+        self._next_id += 1
+        self._waiting.append(request)
+        return request.request_id
+
+    def pop_finished(self) -> list[Finished]:
+        """Requests completed since the last call, in completion order."""
+        done, self._finished = self._finished, []
+        return done
+
+    @torch.inference_mode()
+    def step(self, k: int) -> StepStats:
+        """Run one engine step for the whole running batch with ``k`` draft tokens per row."""
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.k_max:
+            raise InvalidRequestError(f"k must be an integer in 0..{self.k_max} (k_max), got {k!r}")
+        if k > 0 and self.draft is None:
+            raise InvalidRequestError("k > 0 needs a draft model; this engine was built without one")
+        t_start = self._now()
+        admitted, prefill_tokens = self._admit()
+        t_prefilled = self._now()
+        rows = self._running
+        stats = StepStats(batch_size=len(rows), k=k, admitted=admitted,
+                          prefill_tokens=prefill_tokens, prefill_time=t_prefilled - t_start)
+        if not rows:
+            stats.total_time = self._now() - t_start
+            return stats
+        contexts = [r.seq_len for r in rows]
+        stats.mean_context = sum(contexts) / len(contexts)
+        stats.max_context = max(contexts)
+
+        k_eff = [max(0, min(k, r.max_new_tokens - r.generated - 1, self.max_len - r.seq_len - 1))
+                 for r in rows]
+        uniforms = [self._row_uniforms(r, ke) for r, ke in zip(rows, k_eff)]
+        k_eff_t = torch.tensor(k_eff, device=self.device)
+        temps = torch.tensor([r.temperature for r in rows], device=self.device)
+        top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
+
+        if k > 0:
+            draft_tokens, draft_probs, catchup = self._propose(k, uniforms, temps, top_ps)
+            stats.catchup_tokens = catchup
+        else:
+            draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
+            draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
+        t_drafted = self._now()
+        stats.draft_time = t_drafted - t_prefilled
+
+        pending = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)
+        verify_ids = torch.cat([pending, draft_tokens], dim=1)  # [B, K+1]
+        starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
+        logits = self._forward(self.target, self._target_cache, verify_ids, starts,
+                               n_real=torch.full_like(starts, k + 1))
+        target_probs = token_probs(logits, temps, top_ps)
+        accept_u = torch.zeros(len(rows), k)
+        final_u = torch.zeros(len(rows))
+        for b, (ke, u) in enumerate(zip(k_eff, uniforms)):
+            if u is not None:
+                accept_u[b, :ke] = u[ke:2 * ke]
+                final_u[b] = u[2 * ke]
+        result = verify_block(draft_tokens, draft_probs, target_probs, k_eff_t,
+                              accept_u.to(self.device), final_u.to(self.device))
+        t_verified = self._now()
+        stats.verify_time = t_verified - t_drafted
+
+        if k > 0:
+            stats.accepted_per_position = result.accept_mask.sum(0).tolist()
+            stats.drafted_per_position = (
+                torch.arange(k, device=self.device).unsqueeze(0) < k_eff_t.unsqueeze(1)
+            ).sum(0).tolist()
+            stats.drafted = sum(k_eff)
+        stats.committed = self._commit(rows, k, k_eff, draft_tokens, result)
+        stats.finished = self._retire()
+        stats.total_time = self._now() - t_start
+        return stats
+
+    # ------------------------------------------------------------------ validation
+
+    def _check_prompt(self, prompt_ids) -> list[int]:
+        if isinstance(prompt_ids, torch.Tensor):
+            if prompt_ids.dim() != 1:
+                raise InvalidRequestError(
+                    f"prompt_ids must be 1-D (one request), got shape {tuple(prompt_ids.shape)}"
+                )
+            prompt_ids = prompt_ids.tolist()
+        try:
+            prompt = [int(t) for t in prompt_ids]
+        except (TypeError, ValueError) as err:
+            raise InvalidRequestError(f"prompt_ids must be a sequence of token ids: {err}") from None
+        if not prompt:
+            raise InvalidRequestError("prompt_ids is empty; a request needs at least one token")
+        if len(prompt) >= self.max_len:
+            raise InvalidRequestError(
+                f"prompt has {len(prompt)} tokens but max_len is {self.max_len}; shorten the "
+                "prompt or create the engine with a larger max_len"
+            )
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"prompt_ids contains {bad[0]}, outside the vocabulary [0, {self.vocab_size})"
+            )
+        return prompt
+
+    # ------------------------------------------------------------------ the step's parts
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    @staticmethod
+    def _row_uniforms(request: _Request, k_eff: int) -> torch.Tensor | None:
+        """The row's randomness for one step: k_eff to draft, k_eff to accept, 1 to finish."""
+        if request.generator is None:
+            return None
+        return torch.rand(2 * k_eff + 1, generator=request.generator, dtype=torch.float64)
+
+    def _forward(
+        self,
+        model,
+        cache: SlotKVCache,
+        input_ids: torch.Tensor,  # [B, P] long
+        starts: torch.Tensor,  # [B] long: position of each row's first input token
+        n_real: torch.Tensor,  # [B] long: real tokens per row; the rest are filler columns
+        rows: slice | torch.Tensor | None = None,  # slots; default: the running batch
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:  # [B, P, V] (or the last logits_to_keep columns)
+        width = input_ids.shape[1]
+        cols = torch.arange(width, device=self.device).unsqueeze(0)
+        # Filler columns repeat the row's last real position; their writes go to the trash slot.
+        last_col = (n_real - 1).clamp(min=0).unsqueeze(1)
+        positions = starts.unsqueeze(1) + torch.minimum(cols, last_col)
+        rows = slice(0, input_ids.shape[0]) if rows is None else rows
+        dtype = next(model.parameters()).dtype
+        mask = cache.prepare(rows, positions, n_real, dtype)
+        out = model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                    cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        return out.logits
+
+    def _ragged(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-aligned token ids ``[B, P]``; short rows repeat their last real token as filler."""
+        width = max(1, max(len(s) for s in seqs))
+        ids = [s + [s[-1] if s else 0] * (width - len(s)) for s in seqs]
+        lengths = torch.tensor([len(s) for s in seqs], device=self.device)
+        return torch.tensor(ids, device=self.device), lengths
+
+    def _admit(self) -> tuple[int, int]:
+        free = self.max_batch - len(self._running)
+        new = [self._waiting.popleft() for _ in range(min(free, len(self._waiting)))]
+        if not new:
+            return 0, 0
+        first = len(self._running)
+        self._running.extend(new)
+        # The last prompt token stays pending: the first decode step feeds it.
+        seqs = [r.prompt[:-1] for r in new]
+        prefill_tokens = sum(len(s) for s in seqs)
+        if prefill_tokens:
+            ids, lengths = self._ragged(seqs)
+            self._forward(self.target, self._target_cache, ids,
+                          starts=torch.zeros_like(lengths), n_real=lengths,
+                          rows=slice(first, first + len(new)), logits_to_keep=1)
+        return len(new), prefill_tokens
+
+    def _propose(self, k, uniforms, temps, top_ps):
+        """Draft k tokens per row. Returns tokens [B, k], their q [B, k, V], catch-up tokens."""
+        rows = self._running
+        catchup = self._catch_up()
+        # Each row now has one or two unread tokens (two after a fully accepted block).
+        seqs = [r.tokens[r.draft_len:] for r in rows]
+        ids, lengths = self._ragged(seqs)
+        starts = torch.tensor([r.draft_len for r in rows], device=self.device)
+        logits = self._forward(self.draft, self._draft_cache, ids, starts, n_real=lengths)
+        last = logits[torch.arange(len(rows), device=self.device), lengths - 1]  # [B, V]
+        for r in rows:
+            r.draft_len = r.seq_len
+        draft_u = torch.zeros(len(rows), k, dtype=torch.float64)
+        for b, u in enumerate(uniforms):
+            if u is not None:
+                ke = (len(u) - 1) // 2
+                draft_u[b, :ke] = u[:ke]
+        draft_u = draft_u.to(self.device)
+        seq_lens = torch.tensor([r.seq_len for r in rows], device=self.device)
+        tokens, probs = [], []
+        for j in range(k):
+            q = token_probs(last, temps, top_ps)  # [B, V]
+            token = sample_inverse_cdf(q, draft_u[:, j])
+            tokens.append(token)
+            probs.append(q)
+            if j < k - 1:
+                last = self._forward(self.draft, self._draft_cache, token.unsqueeze(1),
+                                     seq_lens + j, n_real=torch.ones_like(seq_lens))[:, -1]
+        return torch.stack(tokens, 1), torch.stack(probs, 1), catchup
+
+    def _catch_up(self) -> int:
+        """Feed the draft the committed tokens it missed, leaving one unread token per row."""
+        behind = [b for b, r in enumerate(self._running) if r.seq_len - r.draft_len > 2]
+        if not behind:
+            return 0
+        seqs = [self._running[b].tokens[self._running[b].draft_len:-1] for b in behind]
+        ids, lengths = self._ragged(seqs)
+        starts = torch.tensor([self._running[b].draft_len for b in behind], device=self.device)
+        if behind == list(range(behind[0], behind[-1] + 1)):
+            slots = slice(behind[0], behind[-1] + 1)
+        else:
+            slots = torch.tensor(behind, device=self.device)
+        self._forward(self.draft, self._draft_cache, ids, starts, n_real=lengths, rows=slots,
+                      logits_to_keep=1)
+        for b in behind:
+            self._running[b].draft_len = self._running[b].seq_len - 1
+        return int(lengths.sum())
+
+    def _commit(self, rows, k, k_eff, draft_tokens, result) -> int:
+        accepted = result.accepted.tolist()
+        next_tokens = result.next_token.tolist()
+        drafts = draft_tokens.tolist()
+        committed = 0
+        for b, r in enumerate(rows):
+            a = accepted[b]
+            block = drafts[b][:a] + [next_tokens[b]]
+            block = block[: r.max_new_tokens - r.generated]
+            if r.eos_token_id is not None and r.eos_token_id in block:
+                block = block[: block.index(r.eos_token_id) + 1]
+                r.finish_reason = "eos"
+            old_len = r.seq_len
+            r.tokens.extend(block)
+            committed += len(block)
+            r.steps += 1
+            r.drafted += k_eff[b]
+            r.accepted += a
+            if k > 0:
+                # The draft read d_1 .. d_{k-1}; those the target accepted stay valid.
+                r.draft_len = min(old_len + min(a, k - 1), r.seq_len)
+            if r.finish_reason is None and (
+                r.generated >= r.max_new_tokens or r.seq_len >= self.max_len
+            ):
+                r.finish_reason = "length"
+        return committed
+
+    def _retire(self) -> int:
+        rows = self._running
+        done = [b for b, r in enumerate(rows) if r.finish_reason is not None]
+        if not done:
+            return 0
+        for b in done:
+            r = rows[b]
+            self._finished.append(Finished(
+                request_id=r.request_id, token_ids=r.tokens[len(r.prompt):],
+                prompt_len=len(r.prompt), finish_reason=r.finish_reason, steps=r.steps,
+                drafted=r.drafted, accepted=r.accepted,
+            ))
+        live = len(rows) - len(done)
+        holes = [b for b in done if b < live]
+        movers = [b for b in range(live, len(rows)) if rows[b].finish_reason is None]
+        for hole, src in zip(holes, movers):
+            r = rows[src]
+            self._target_cache.move_row(src, hole, r.seq_len)
+            if self._draft_cache is not None:
+                self._draft_cache.move_row(src, hole, r.draft_len)
+            rows[hole] = r
+        del rows[live:]
+        return len(done)
+
