@@ -1,0 +1,41 @@
+"""Workloads: seeded, replayable request traces (prompt domains, lengths, load patterns).
+
+See :mod:`specrl.workload.trace` for the trace format and the length distributions, and
+:class:`~specrl.workload.driver.TraceDriver` for how a trace is replayed.
+"""
+
+from specrl.workload.driver import TraceDriver
+from specrl.workload.trace import (
+    DOMAINS,
+    PRESETS,
+    LengthDist,
+    Request,
+    Trace,
+    bursts,
+    day_cycle,
+    load_trace,
+    make_trace,
+    preset_trace,
+    ramp,
+    resolve_prompt,
+    steady,
+    trace_from_json,
+)
+
+__all__ = [
+    "DOMAINS",
+    "PRESETS",
+    "LengthDist",
+    "Request",
+    "Trace",
+    "TraceDriver",
+    "bursts",
+    "day_cycle",
+    "load_trace",
+    "make_trace",
+    "preset_trace",
+    "ramp",
+    "resolve_prompt",
+    "steady",
+    "trace_from_json",
+]

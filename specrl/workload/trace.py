@@ -1,0 +1,371 @@
+"""Workload traces: which requests arrive, when, from which prompt domain, and how long they run.
+
+A trace is a fixed, replayable list of requests plus the load pattern that admits them. The
+same trace is replayed against every policy, so their results differ only by the policy.
+
+Prompts are references, not text: ``(domain, offset, prompt_len)`` points into the domain's
+held-out token stream (all held-out documents of the domain, tokenized and joined in order;
+``offset`` is taken modulo the stream length, and a prompt that runs off the end wraps to the
+start). :func:`resolve_prompt` turns a reference into token ids deterministically, so the trace
+stays small and independent of the tokenizer until it meets a live engine.
+
+Lengths (both drawn per request from the trace's seed):
+
+* ``max_new_tokens``: a clipped lognormal, ``clip(round(median * exp(sigma * z)), min, max)``
+  with ``z ~ N(0, 1)``. Generation ignores EOS, so every request commits exactly
+  ``max_new_tokens`` tokens whatever the policy: the work in a trace is fixed.
+* ``prompt_len``: the same clipped lognormal form with its own parameters.
+
+Load patterns (``Trace.load``):
+
+* closed loop: ``schedule = [[completed, concurrency], ...]`` sorted by ``completed``. Once
+  ``completed`` requests have finished, the driver keeps ``concurrency`` requests in flight
+  (running or queued in the engine). The schedule is indexed by completed requests, not by
+  steps or seconds, so the same requests share the batch whatever K a policy picks.
+* open loop: every request carries ``arrival_s``, Poisson arrivals at ``rate_per_s``, on the
+  serving clock (the sum of step times; idle gaps are skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specrl.errors import SpecrlError
+
+TRACE_FORMAT = "specrl-trace"
+TRACE_VERSION = 1
+DOMAINS = ("code", "prose", "hard")
+"""Prompt domains: held-out code, held-out prose, and a hard domain where the draft is poor.
+Kept equal to ``specrl.models.corpus.DOMAINS`` (a test checks it)."""
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A clipped lognormal over token counts: ``clip(round(median * exp(sigma * z)), lo, hi)``."""
+
+    median: float
+    sigma: float
+    lo: int
+    hi: int
+
+    def __post_init__(self) -> None:
+        if not (self.median > 0 and self.sigma >= 0 and 1 <= self.lo <= self.hi):
+            raise SpecrlError(
+                f"length distribution {self}: need median > 0, sigma >= 0 and 1 <= lo <= hi"
+            )
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raw = np.rint(self.median * np.exp(self.sigma * rng.standard_normal(n)))
+        return np.clip(raw, self.lo, self.hi).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Request:
+    domain: str
+    offset: int
+    """Start in the domain's held-out token stream (modulo its length)."""
+    prompt_len: int
+    max_new_tokens: int
+    arrival_s: float | None = None
+    """Open loop only: arrival on the serving clock, seconds."""
+
+
+@dataclass
+class Trace:
+    name: str
+    seed: int
+    domains: dict[str, float]
+    """Domain mix the requests were drawn from (weights sum to 1)."""
+    load: dict
+    """``{"kind": "closed", "schedule": [[completed, concurrency], ...]}`` or
+    ``{"kind": "open", "rate_per_s": r}``."""
+    prompt_lengths: LengthDist
+    output_lengths: LengthDist
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.load["kind"] == "closed"
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(r.max_new_tokens for r in self.requests)
+
+    @property
+    def max_request_len(self) -> int:
+        return max(r.prompt_len + r.max_new_tokens for r in self.requests)
+
+    def concurrency(self, completed: int) -> int:
+        """Closed loop: requests to keep in flight once ``completed`` have finished."""
+        target = 0
+        for start, conc in self.load["schedule"]:
+            if start > completed:
+                break
+            target = conc
+        return target
+
+    def to_json(self) -> dict:
+        return {
+            "format": TRACE_FORMAT,
+            "version": TRACE_VERSION,
+            "name": self.name,
+            "seed": self.seed,
+            "domains": self.domains,
+            "load": self.load,
+            "prompt_lengths": asdict(self.prompt_lengths),
+            "output_lengths": asdict(self.output_lengths),
+            "requests": [
+                {k: v for k, v in asdict(r).items() if v is not None} for r in self.requests
+            ],
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def resolve_prompt(streams: Mapping[str, Sequence[int]], request: Request) -> list[int]:
+    """The prompt token ids of ``request``: ``prompt_len`` tokens of its domain's stream."""
+    if request.domain not in streams:
+        raise SpecrlError(
+            f"domain {request.domain!r} has no held-out token stream; known: {sorted(streams)}"
+        )
+    stream = streams[request.domain]
+    if len(stream) == 0:
+        raise SpecrlError(f"the held-out token stream of domain {request.domain!r} is empty")
+    start = request.offset % len(stream)
+    ids = list(stream[start : start + request.prompt_len])
+    while len(ids) < request.prompt_len:
+        ids.extend(stream[: request.prompt_len - len(ids)])
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------
+# Load patterns
+
+
+def steady(batch: int) -> list[list[int]]:
+    """Closed loop at a constant concurrency."""
+    return [[0, batch]]
+
+
+def ramp(n_requests: int, peak: int = 64) -> list[list[int]]:
+    """Closed loop 1 -> peak -> 1 in powers of two, each level held for an equal share of the
+    completed requests (the top level held twice as long)."""
+    up = [2**i for i in range(int(math.log2(peak)) + 1)]
+    if up[-1] != peak:
+        up.append(peak)
+    levels = up + up[-2::-1]
+    return [[round(i * n_requests / len(levels)), c] for i, c in enumerate(levels)]
+
+
+def bursts(n_requests: int, low: int = 2, high: int = 48, period: int = 32) -> list[list[int]]:
+    """Closed loop alternating ``low`` and ``high`` concurrency every ``period``/2 completions."""
+    half = max(1, period // 2)
+    return [[s, low if (s // half) % 2 == 0 else high] for s in range(0, n_requests, half)]
+
+
+def day_cycle(
+    n_requests: int, low: int = 1, high: int = 64, cycles: int = 1, points: int = 24
+) -> list[list[int]]:
+    """Closed loop following one raised-cosine "day" per cycle: night at ``low``, noon at
+    ``high``, sampled at ``points`` steps per cycle."""
+    total = cycles * points
+    sched = []
+    for j in range(total):
+        phase = 2 * math.pi * (j % points) / points
+        conc = round(low + (high - low) * (1 - math.cos(phase)) / 2)
+        sched.append([round(j * n_requests / total), max(1, conc)])
+    return sched
+
+
+def make_trace(
+    *,
+    name: str,
+    seed: int,
+    n_requests: int,
+    load: dict,
+    domains: Mapping[str, float] | None = None,
+    prompt_lengths: LengthDist | None = None,
+    output_lengths: LengthDist | None = None,
+    stream_len: int = 1 << 20,
+) -> Trace:
+    """Draw a trace. ``load`` is ``{"kind": "closed", "schedule": ...}`` or
+    ``{"kind": "open", "rate_per_s": r}``; for open loop, arrivals are a Poisson process."""
+    rng = np.random.default_rng(seed)
+    mix = dict(domains or {"code": 1 / 3, "prose": 1 / 3, "hard": 1 / 3})
+    prompt_lengths = prompt_lengths or LengthDist(median=48, sigma=0.5, lo=8, hi=160)
+    output_lengths = output_lengths or LengthDist(median=48, sigma=0.6, lo=8, hi=160)
+    names = list(mix)
+    weights = np.array([mix[d] for d in names], dtype=np.float64)
+    if n_requests < 1 or np.any(weights < 0) or weights.sum() <= 0:
+        raise SpecrlError(f"trace {name!r}: need n_requests >= 1 and non-negative domain weights")
+    weights /= weights.sum()
+    dom = rng.choice(len(names), size=n_requests, p=weights)
+    offsets = rng.integers(0, stream_len, size=n_requests)
+    plen = prompt_lengths.sample(rng, n_requests)
+    olen = output_lengths.sample(rng, n_requests)
+    arrivals: list[float | None] = [None] * n_requests
+    if load.get("kind") == "open":
+        gaps = rng.exponential(1.0 / float(load["rate_per_s"]), size=n_requests)
+        arrivals = [round(float(t), 6) for t in np.cumsum(gaps)]
+    requests = [
+        Request(names[dom[i]], int(offsets[i]), int(plen[i]), int(olen[i]), arrivals[i])
+        for i in range(n_requests)
+    ]
+    trace = Trace(
+        name=name,
+        seed=seed,
+        domains={d: float(w) for d, w in zip(names, weights)},
+        load=load,
+        prompt_lengths=prompt_lengths,
+        output_lengths=output_lengths,
+        requests=requests,
+    )
+    return trace_from_json(trace.to_json(), source=f"trace {name!r}")
+
+
+PRESETS = ("steady-1", "steady-8", "steady-64", "ramp", "bursts", "day", "poisson")
+
+
+def preset_trace(
+    preset: str, seed: int = 0, n_requests: int | None = None, peak: int = 64, **kwargs
+) -> Trace:
+    """A named workload. ``peak`` caps the concurrency of every closed-loop pattern;
+    ``kwargs`` go to :func:`make_trace` (domains, prompt_lengths, output_lengths)."""
+    if preset.startswith("steady-"):
+        batch = min(int(preset.split("-", 1)[1]), peak)
+        n = n_requests or 4 * batch
+        load = {"kind": "closed", "schedule": steady(batch)}
+    elif preset == "ramp":
+        n = n_requests or 4 * peak
+        load = {"kind": "closed", "schedule": ramp(n, peak)}
+    elif preset == "bursts":
+        n = n_requests or 4 * peak
+        load = {"kind": "closed", "schedule": bursts(n, 2, max(2, 3 * peak // 4), peak // 2)}
+    elif preset == "day":
+        n = n_requests or 4 * peak
+        load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
+    elif preset == "poisson":
+        n = n_requests or 64
+        load = {"kind": "open", "rate_per_s": kwargs.pop("rate_per_s", 8.0)}
+    else:
+        raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return make_trace(name=preset, seed=seed, n_requests=n, load=load, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading and validation: a trace that fails any check is rejected whole.
+
+
+def _field(obj: Mapping, key: str, kind: type | tuple, where: str):
+    if not isinstance(obj, Mapping) or key not in obj:
+        raise SpecrlError(f"{where}: missing field {key!r}")
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise SpecrlError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
+    return value
+
+
+def _length_dist(obj, where: str) -> LengthDist:
+    try:
+        return LengthDist(
+            median=float(_field(obj, "median", (int, float), where)),
+            sigma=float(_field(obj, "sigma", (int, float), where)),
+            lo=_field(obj, "lo", int, where),
+            hi=_field(obj, "hi", int, where),
+        )
+    except SpecrlError as err:
+        raise SpecrlError(f"{where}: {err}") from None
+
+
+def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
+    """Validate a decoded trace; ``source`` (usually the file) prefixes every error."""
+    if not isinstance(obj, Mapping):
+        raise SpecrlError(f"{source}: expected a JSON object at the top level")
+    if obj.get("format") != TRACE_FORMAT:
+        raise SpecrlError(f"{source}: field 'format' must be {TRACE_FORMAT!r}; not a specrl trace")
+    if obj.get("version") != TRACE_VERSION:
+        raise SpecrlError(
+            f"{source}: field 'version' is {obj.get('version')!r}; this specrl reads "
+            f"version {TRACE_VERSION}, regenerate it with `specrl workload make`"
+        )
+    name = _field(obj, "name", str, source)
+    seed = _field(obj, "seed", int, source)
+    domains = _field(obj, "domains", dict, source)
+    for d, w in domains.items():
+        if d not in DOMAINS:
+            raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {DOMAINS}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+            raise SpecrlError(f"{source}.domains.{d}: weight must be a number >= 0")
+    load = _field(obj, "load", dict, source)
+    kind = _field(load, "kind", str, f"{source}.load")
+    if kind == "closed":
+        sched = _field(load, "schedule", list, f"{source}.load")
+        prev = -1
+        for i, item in enumerate(sched):
+            ok = (
+                isinstance(item, list)
+                and len(item) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+            )
+            if not ok or item[0] <= prev or item[1] < 1:
+                raise SpecrlError(
+                    f"{source}.load.schedule[{i}]: expected [completed, concurrency] with "
+                    "completed increasing from 0 and concurrency >= 1"
+                )
+            prev = item[0]
+        if not sched or sched[0][0] != 0:
+            raise SpecrlError(f"{source}.load.schedule: must start with [0, concurrency]")
+    elif kind == "open":
+        rate = _field(load, "rate_per_s", (int, float), f"{source}.load")
+        if not rate > 0:
+            raise SpecrlError(f"{source}.load.rate_per_s: must be > 0")
+    else:
+        raise SpecrlError(f"{source}.load.kind: {kind!r} is neither 'closed' nor 'open'")
+    prompt_lengths = _length_dist(obj.get("prompt_lengths"), f"{source}.prompt_lengths")
+    output_lengths = _length_dist(obj.get("output_lengths"), f"{source}.output_lengths")
+    raw = _field(obj, "requests", list, source)
+    if not raw:
+        raise SpecrlError(f"{source}.requests: a trace needs at least one request")
+    requests = []
+    last_arrival = 0.0
+    for i, r in enumerate(raw):
+        where = f"{source}.requests[{i}]"
+        domain = _field(r, "domain", str, where)
+        if domain not in DOMAINS:
+            raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {DOMAINS}")
+        offset = _field(r, "offset", int, where)
+        plen = _field(r, "prompt_len", int, where)
+        olen = _field(r, "max_new_tokens", int, where)
+        if offset < 0 or plen < 1 or olen < 1:
+            raise SpecrlError(f"{where}: need offset >= 0, prompt_len >= 1, max_new_tokens >= 1")
+        arrival = None
+        if kind == "open":
+            arrival = float(_field(r, "arrival_s", (int, float), where))
+            if arrival < last_arrival:
+                raise SpecrlError(f"{where}.arrival_s: arrivals must not decrease")
+            last_arrival = arrival
+        elif "arrival_s" in r:
+            raise SpecrlError(f"{where}.arrival_s: closed-loop traces take no arrival times")
+        requests.append(Request(domain, offset, plen, olen, arrival))
+    return Trace(name, seed, dict(domains), dict(load), prompt_lengths, output_lengths, requests)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and validate a JSON trace written by :meth:`Trace.save`."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecrlError(
+            f"trace file {path} not found; write one with `specrl workload make --out {path}`"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecrlError(f"trace file {path} is not valid JSON ({err}); regenerate it") from None
+    return trace_from_json(obj, source=str(path))

@@ -1,0 +1,162 @@
+"""Workload traces: seeded, replayable, validated on load."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specrl.errors import SpecrlError
+from specrl.workload import (
+    DOMAINS,
+    PRESETS,
+    LengthDist,
+    Request,
+    TraceDriver,
+    load_trace,
+    make_trace,
+    preset_trace,
+    ramp,
+    resolve_prompt,
+)
+from specrl.workload.prompts import token_streams
+
+
+def test_domains_match_the_corpus():
+    from specrl.models.corpus import DOMAINS as CORPUS_DOMAINS
+
+    assert DOMAINS == CORPUS_DOMAINS
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_is_seeded_and_round_trips(preset, tmp_path):
+    a = preset_trace(preset, seed=3, n_requests=40, peak=16)
+    b = preset_trace(preset, seed=3, n_requests=40, peak=16)
+    c = preset_trace(preset, seed=4, n_requests=40, peak=16)
+    assert a.to_json() == b.to_json()
+    assert a.requests != c.requests
+    path = tmp_path / "trace.json"
+    a.save(path)
+    assert load_trace(path).to_json() == a.to_json()
+
+
+def test_output_lengths_follow_the_stated_clipped_lognormal():
+    dist = LengthDist(median=48, sigma=0.6, lo=8, hi=160)
+    z = np.random.default_rng(0).standard_normal(1000)
+    expected = np.clip(np.rint(48 * np.exp(0.6 * z)), 8, 160)
+    assert dist.sample(np.random.default_rng(0), 1000).tolist() == expected.tolist()
+
+
+def test_ramp_schedule_goes_1_to_64_to_1():
+    sched = ramp(260, peak=64)
+    levels = [c for _, c in sched]
+    assert levels == [1, 2, 4, 8, 16, 32, 64, 32, 16, 8, 4, 2, 1]
+    assert [s for s, _ in sched] == sorted({s for s, _ in sched})
+
+
+def _replay(trace, steps_per_request: int) -> list[int]:
+    """Serve each request for a fixed number of steps; return in-flight counts per step."""
+    driver = TraceDriver(trace)
+    ages: list[int] = [0] * len(driver.due())
+    in_flight = []
+    while not driver.done:
+        in_flight.append(len(ages))
+        ages = [a + 1 for a in ages]
+        finished = sum(a >= steps_per_request for a in ages)
+        ages = [a for a in ages if a < steps_per_request]
+        driver.advance(0.01, finished)
+        ages += [0] * len(driver.due())
+    return in_flight
+
+
+def test_replaying_the_ramp_climbs_to_64_and_back():
+    trace = preset_trace("ramp", seed=0, n_requests=400, peak=64)
+    in_flight = _replay(trace, steps_per_request=5)
+    peak_at = int(np.argmax(in_flight))
+    assert in_flight[0] == 1 and max(in_flight) == 64 and in_flight[-1] == 1
+    assert 0 < peak_at < len(in_flight) - 1
+    assert _replay(trace, 5) == in_flight
+
+
+def test_open_loop_skips_idle_time_to_the_next_arrival():
+    trace = make_trace(name="t", seed=0, n_requests=3, load={"kind": "open", "rate_per_s": 1.0})
+    arrivals = [r.arrival_s for r in trace.requests]
+    driver = TraceDriver(trace)
+    assert driver.due() == trace.requests[:1]
+    assert driver.clock_s == arrivals[0] and driver.idle_s == arrivals[0]
+    driver.advance(0.001, 1)
+    assert driver.due() == trace.requests[1:2]
+    assert driver.clock_s == arrivals[1]
+    assert driver.idle_s == pytest.approx(arrivals[1] - 0.001)
+
+
+def test_resolve_prompt_wraps_around_the_stream():
+    streams = {"code": [1, 2, 3, 4, 5]}
+    assert resolve_prompt(streams, Request("code", 8, 4, 10)) == [4, 5, 1, 2]
+    assert resolve_prompt(streams, Request("code", 0, 12, 10)) == [1, 2, 3, 4, 5] * 2 + [1, 2]
+    with pytest.raises(SpecrlError, match="domain 'prose'"):
+        resolve_prompt(streams, Request("prose", 0, 2, 1))
+
+
+def test_token_streams_join_documents_with_eos():
+    class Tok:
+        eos_token_id = 0
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(ch) for ch in text]
+
+    docs = {"code": ["ab", "c"], "prose": [], "hard": ["d"]}
+    assert token_streams(Tok(), docs) == {"code": [97, 98, 0, 99, 0], "prose": [], "hard": [100, 0]}
+
+
+def _write(tmp_path, obj) -> str:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj) if not isinstance(obj, str) else obj)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t["requests"][1].update(domain="poetry"), r"requests\[1\]\.domain.*poetry"),
+        (lambda t: t["requests"][0].pop("max_new_tokens"), r"requests\[0\].*'max_new_tokens'"),
+        (lambda t: t["requests"][2].update(prompt_len=0), r"requests\[2\].*prompt_len >= 1"),
+        (lambda t: t.update(version=99), r"'version' is 99"),
+        (lambda t: t["load"].update(schedule=[[5, 2]]), r"schedule.*\[0, concurrency\]"),
+        (lambda t: t["load"].update(schedule=[[0, 2], [0, 3]]), r"schedule\[1\]"),
+        (lambda t: t["load"].update(kind="sometimes"), r"load\.kind"),
+        (lambda t: t["domains"].update(poetry=0.5), r"domains: unknown domain 'poetry'"),
+        (lambda t: t.update(requests=[]), r"requests: a trace needs at least one"),
+        (lambda t: t["output_lengths"].update(lo=0), r"output_lengths"),
+    ],
+)
+def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, message):
+    obj = preset_trace("steady-8", seed=0, n_requests=4).to_json()
+    edit(obj)
+    path = _write(tmp_path, obj)
+    with pytest.raises(SpecrlError, match=message) as err:
+        load_trace(path)
+    assert path in str(err.value)
+
+
+def test_missing_or_non_json_trace_file(tmp_path):
+    with pytest.raises(SpecrlError, match=r"not found.*specrl workload"):
+        load_trace(tmp_path / "nope.json")
+    with pytest.raises(SpecrlError, match="not valid JSON"):
+        load_trace(_write(tmp_path, "{not json"))
+    with pytest.raises(SpecrlError, match="not a specrl trace"):
+        load_trace(_write(tmp_path, {"format": "other"}))
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(SpecrlError, match="unknown workload preset 'busy'.*ramp"):
+        preset_trace("busy")
+
+
+def test_cli_writes_a_replayable_trace(tmp_path):
+    from specrl.cli import main
+
+    out = tmp_path / "t.json"
+    assert main(["workload", "--preset", "bursts", "--seed", "2", "--out", str(out)]) == 0
+    assert load_trace(out).to_json() == preset_trace("bursts", seed=2).to_json()
