@@ -15,6 +15,9 @@ from specrl.errors import SpecrlError
 
 COMMAND_MODULES = [
     "specrl.models.cli",
+    "specrl.workload.cli",
+    "specrl.profile.cli",
+    "specrl.envs.cli",
 ]
 
 

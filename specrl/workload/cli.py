@@ -27,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
 
     trace = preset_trace(args.preset, seed=args.seed, n_requests=args.n_requests, peak=args.peak)
     trace.save(args.out)
-    print(f"wrote {args.out}: {len(trace.requests)} requests, {trace.total_tokens} tokens, "
-          f"load {trace.load['kind']}")
+    print(
+        f"wrote {args.out}: {len(trace.requests)} requests, {trace.total_tokens} tokens, "
+        f"load {trace.load['kind']}"
+    )
     return 0

@@ -156,7 +156,7 @@ def steady(batch: int) -> list[list[int]]:
 
 def ramp(n_requests: int, peak: int = 64) -> list[list[int]]:
     """Closed loop 1 -> peak -> 1 in powers of two, each level held for an equal share of the
-    completed requests (the top level held twice as long)."""
+    completed requests."""
     up = [2**i for i in range(int(math.log2(peak)) + 1)]
     if up[-1] != peak:
         up.append(peak)
@@ -221,7 +221,7 @@ def make_trace(
     trace = Trace(
         name=name,
         seed=seed,
-        domains={d: float(w) for d, w in zip(names, weights)},
+        domains={d: float(w) for d, w in zip(names, weights, strict=True)},
         load=load,
         prompt_lengths=prompt_lengths,
         output_lengths=output_lengths,
@@ -231,6 +231,12 @@ def make_trace(
 
 
 PRESETS = ("steady-1", "steady-8", "steady-64", "ramp", "bursts", "day", "poisson")
+"""Named workloads; ``steady-N`` works for any N."""
+
+
+def is_preset(name: str) -> bool:
+    steady_n = name.startswith("steady-") and name[len("steady-") :].isdigit()
+    return name in PRESETS or (steady_n and int(name[len("steady-") :]) >= 1)
 
 
 def preset_trace(
@@ -238,6 +244,8 @@ def preset_trace(
 ) -> Trace:
     """A named workload. ``peak`` caps the concurrency of every closed-loop pattern;
     ``kwargs`` go to :func:`make_trace` (domains, prompt_lengths, output_lengths)."""
+    if not is_preset(preset):
+        raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if preset.startswith("steady-"):
         batch = min(int(preset.split("-", 1)[1]), peak)
         n = n_requests or 4 * batch
@@ -251,11 +259,9 @@ def preset_trace(
     elif preset == "day":
         n = n_requests or 4 * peak
         load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
-    elif preset == "poisson":
+    else:
         n = n_requests or 64
         load = {"kind": "open", "rate_per_s": kwargs.pop("rate_per_s", 8.0)}
-    else:
-        raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
     return make_trace(name=preset, seed=seed, n_requests=n, load=load, **kwargs)
 
 

@@ -1,0 +1,118 @@
+"""``specrl validate-surrogate`` (sim-to-real) and ``specrl bench-surrogate`` (env steps/s)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    val = sub.add_parser(
+        "validate-surrogate",
+        help="compare surrogate and live tokens/s for fixed policies on one trace",
+        description="Run off, K=2, K=4 and a batch threshold on the same trace in the live "
+        "and the surrogate env; print surrogate tokens/s / live tokens/s per policy (goal: "
+        "0.9-1.1).",
+    )
+    val.add_argument("--profile", required=True, metavar="PROFILE.json")
+    val.add_argument("--force", action="store_true", help="accept a profile from elsewhere")
+    val.add_argument("--preset", default="small", help="default pair to run live (small)")
+    val.add_argument("--device", default="cpu")
+    val.add_argument("--trace", metavar="TRACE.json", help="default: the ramp preset")
+    val.add_argument("--peak", type=int, default=32, help="ramp peak concurrency")
+    val.add_argument("--n-requests", type=int, default=96)
+    val.add_argument(
+        "--threshold",
+        type=int,
+        default=8,
+        help="batch threshold policy: spec at or below this batch size",
+    )
+    val.add_argument(
+        "--surrogate-seeds", type=int, default=20, help="surrogate episodes averaged per policy"
+    )
+    val.add_argument("--seed", type=int, default=0)
+    val.set_defaults(func=validate)
+
+    bench = sub.add_parser(
+        "bench-surrogate",
+        help="measure SurrogateSpecEnv steps per second",
+        description="Step the surrogate env (through gymnasium.make) with a fixed K cycle "
+        "and print env steps per second on one core.",
+    )
+    bench.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
+    bench.add_argument("--steps", type=int, default=200_000)
+    bench.add_argument("--max-batch", type=int, default=64)
+    bench.set_defaults(func=benchmark)
+
+
+def _fixed_policies(k_max: int, threshold: int, max_batch: int):
+    from specrl.policies import BatchThreshold, FixedK
+
+    ks = [k for k in (0, 2, 4) if k <= k_max]
+    return [FixedK(k) for k in ks] + [BatchThreshold(min(4, k_max), threshold, max_batch)]
+
+
+def validate(args: argparse.Namespace) -> int:
+    from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, run_episode
+    from specrl.models.pair import load_default_pair
+    from specrl.policies import FixedK
+    from specrl.profile import load_profile
+    from specrl.workload import load_trace, preset_trace
+
+    profile = load_profile(args.profile)
+    if args.trace:
+        trace = load_trace(args.trace)
+    else:
+        trace = preset_trace("ramp", seed=args.seed, n_requests=args.n_requests, peak=args.peak)
+    max_batch = max(args.peak, max(c for _, c in trace.load.get("schedule", [[0, 1]])))
+    k_max = min(4, profile.k_max)
+    pair = load_default_pair(args.preset, device=args.device)
+    common = {"workload": trace, "k_max": k_max, "max_batch": max_batch}
+    live = LiveSpecEnv(
+        pair=pair, device=args.device, profile=profile, force_profile=args.force, **common
+    )
+    surrogate = SurrogateSpecEnv(profile=profile, **common)
+    run_episode(live, FixedK(k_max), seed=args.seed, max_steps=30)  # warm-up, discarded
+    print(
+        f"trace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} tokens; "
+        f"profile {args.profile}"
+    )
+    print("| policy | live tokens/s | surrogate tokens/s | surrogate / live |")
+    print("|---|---|---|---|")
+    for policy in _fixed_policies(k_max, args.threshold, max_batch):
+        real = run_episode(live, policy, seed=args.seed)
+        sims = [run_episode(surrogate, policy, seed=s) for s in range(args.surrogate_seeds)]
+        sim_rate = sum(r.tokens for r in sims) / sum(r.seconds for r in sims)
+        print(
+            f"| {policy.name} | {real.tokens_per_s:.0f} | {sim_rate:.0f} | "
+            f"{sim_rate / real.tokens_per_s:.2f} |",
+            flush=True,
+        )
+    return 0
+
+
+def benchmark(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import specrl  # noqa: F401  (registers the ids)
+
+    kwargs = {"max_batch": args.max_batch}
+    if args.profile:
+        kwargs["profile"] = args.profile
+    env = gym.make("specrl/SurrogateSpec-v0", disable_env_checker=True, **kwargs)
+    k_cycle = list(range(env.action_space.n)) * 7
+    env.reset(seed=0)
+    steps, episodes = 0, 0
+    started = time.perf_counter()
+    while steps < args.steps:
+        _, _, terminated, truncated, _ = env.step(k_cycle[steps % len(k_cycle)])
+        steps += 1
+        if terminated or truncated:
+            episodes += 1
+            env.reset()
+    elapsed = time.perf_counter() - started
+    print(
+        f"{steps / elapsed:,.0f} env steps/s ({steps} steps, {episodes} episodes incl. "
+        f"resets, {elapsed:.1f} s, K cycling 0..{env.action_space.n - 1}, one process)"
+    )
+    return 0

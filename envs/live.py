@@ -1,0 +1,202 @@
+"""``LiveSpecEnv``: the real engine serving a workload, one env step per engine step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specrl.envs.base import SpecEnvBase
+from specrl.errors import SpecrlError
+from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+from specrl.profile.schema import Profile, load_profile
+from specrl.workload import resolve_prompt
+
+
+class LiveSpecEnv(SpecEnvBase):
+    """Serve a workload with the real speculative decoding engine, choosing K every step.
+
+    One env step is one :meth:`SpecEngine.step` over the whole running batch with the chosen
+    K. The episode serves a trace: a fixed list of requests admitted by its load pattern
+    (closed-loop concurrency schedules or open-loop Poisson arrivals, see
+    :mod:`specrl.workload`). Decoding is greedy and ignores EOS, so every request commits
+    exactly its ``max_new_tokens`` and the tokens of an episode do not depend on the policy.
+
+    ## Action Space
+
+    ``Discrete(k_max + 1)``: the action is K, the draft tokens per row for this step; 0 turns
+    speculation off (plain decoding, the draft does not run). Rows near their token budget
+    draft fewer (``min(K, tokens left - 1)``).
+
+    ## Observation Space
+
+    ``Box(0, 1, (7,), float32)``; every entry is scaled into [0, 1]:
+
+    | i | name       | meaning                                            | scale                 |
+    |---|------------|----------------------------------------------------|-----------------------|
+    | 0 | batch      | rows the next step decodes (running + admitted)    | / max_batch           |
+    | 1 | queue      | requests waiting beyond the free rows              | / max_batch, clip 1   |
+    | 2 | acceptance | EMA (weight 0.25) of accepted / drafted, K>0 steps | rate; 0 at start      |
+    | 3 | staleness  | steps since acceptance was last measured (K>0)     | / 32, clip 1; 1 first |
+    | 4 | step_time  | measured seconds of the last step                  | log, see below        |
+    | 5 | context    | longest row (prompt + committed), last step        | / max_len             |
+    | 6 | last_k     | K of the last step                                 | / k_max; 0 at start   |
+
+    ``step_time = clip(1 + log10(seconds) / 4, 0, 1)``: 0.1 ms -> 0, 10 ms -> 0.5, 1 s -> 1;
+    0 at start. The acceptance estimate is only updated by steps that draft, so after K=0
+    steps it goes stale (entry 3 says how stale) rather than being guessed.
+
+    ## Rewards
+
+    The objective is aggregate goodput: committed tokens of the episode divided by its serving
+    time, ``sum(tokens) / sum(seconds)`` (idle gaps between open-loop arrivals are skipped and
+    not counted). Each step pays::
+
+        reward = (committed - reference_tokens_per_s * step_seconds) / max_batch
+
+    Because the tokens of an episode are fixed by the trace, a complete episode returns
+    ``(total_tokens - reference_tokens_per_s * total_seconds) / max_batch``, which decreases
+    with total time: returns rank policies exactly as ``sum(tokens) / sum(seconds)`` does, for
+    any ``reference_tokens_per_s > 0``. The mean of per-step tokens/s does not (a policy can win
+    many cheap steps and still lose on total time; ``tests/test_env_reward.py`` has such a
+    case). Per step, the reward is positive when the step beat the reference rate, which gives
+    the agent immediate credit instead of only a cost; maximizing ``tokens - rho * time`` step
+    by step is the usual way to maximize a ratio (Dinkelbach). Rankings hold for complete
+    episodes; a truncated episode's return only covers the work it served.
+
+    ## Starting State
+
+    A fresh engine with the first requests of the trace queued: for a preset workload a new
+    trace drawn from ``np_random`` (so a seed fixes it), for a fixed trace the trace itself,
+    or ``options={"trace": Trace}`` for one reset. The acceptance estimate starts at 0 and
+    fully stale.
+
+    ## Episode End
+
+    Terminated when every request of the trace has finished. No truncation of its own; add a
+    step limit with ``gymnasium.make(..., max_episode_steps=N)`` (``TimeLimit``).
+
+    ## Arguments
+
+    * ``pair``: a ``specrl.models.ModelPair``; default: ``load_default_pair(preset)``.
+    * ``preset`` (``"small"``), ``device`` (``"cpu"``): for the default pair.
+    * ``workload``: a preset name (``specrl.workload.PRESETS``, default ``"ramp"``), a
+      ``Trace`` or a trace file; ``workload_kwargs`` go to ``preset_trace`` (``peak`` defaults
+      to ``max_batch``, ``n_requests``, length distributions, domain mix).
+    * ``k_max`` (4), ``max_batch`` (64), ``max_len`` (384): the engine's.
+    * ``reference_tokens_per_s``: the reward's rate; default: the profile's plain decoding
+      rate at batch 1.
+    * ``profile``: path or ``Profile``; default: the shipped one. Refused when measured on
+      other hardware or another pair unless ``force_profile=True``.
+    * ``streams``: ``{domain: token ids}`` prompts are cut from; default: the held-out corpus
+      tokenized with the pair's tokenizer.
+
+    Reproducible for a seed in everything but measured times: the trace, the tokens, the
+    acceptance and (closed loop) the batch composition repeat; step times and, for open-loop
+    traces, arrivals relative to the serving clock do not.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        *,
+        pair=None,
+        preset: str = "small",
+        device: str = "cpu",
+        workload="ramp",
+        workload_kwargs: dict | None = None,
+        k_max: int = 4,
+        max_batch: int = 64,
+        max_len: int = 384,
+        reference_tokens_per_s: float | None = None,
+        profile: str | Path | Profile | None = None,
+        force_profile: bool = False,
+        streams: dict[str, list[int]] | None = None,
+    ):
+        if pair is None:
+            from specrl.models.pair import load_default_pair
+
+            pair = load_default_pair(preset, device=device)
+        self.pair, self.device = pair, device
+        if k_max > 0 and pair.draft is None:
+            raise SpecrlError(f"k_max={k_max} needs a draft model; this pair has none, use k_max=0")
+        positions = getattr(pair.target.config, "max_position_embeddings", None)
+        if positions is not None and max_len > positions:
+            raise SpecrlError(
+                f"max_len={max_len} exceeds the target's max_position_embeddings ({positions}); "
+                "lower max_len"
+            )
+        if reference_tokens_per_s is None:
+            reference_tokens_per_s = self._profile_for(profile, force_profile, k_max)
+        super().__init__(
+            workload=workload,
+            workload_kwargs=workload_kwargs,
+            k_max=k_max,
+            max_batch=max_batch,
+            max_len=max_len,
+            reference_tokens_per_s=reference_tokens_per_s,
+        )
+        if streams is None:
+            from specrl.workload.prompts import token_streams
+
+            streams = token_streams(pair.tokenizer)
+        self.streams = streams
+        self.engine = None
+
+    def _profile_for(self, profile, force: bool, k_max: int) -> float:
+        if isinstance(profile, Profile):
+            prof, source = profile, "profile"
+        else:
+            if profile is None:
+                from specrl.envs.surrogate import default_profile_path
+
+                profile = default_profile_path()
+            prof, source = load_profile(profile), str(profile)
+        check_compatible(
+            prof,
+            pair_fingerprint(self.pair, k_max=k_max, device=self.device),
+            force=force,
+            source=source,
+        )
+        return prof.plain_decode_tokens_per_s
+
+    # ------------------------------------------------------------------ the real server
+
+    def _start(self) -> None:
+        if self.engine is None or self.engine.has_work:
+            from specrl.engine import SpecEngine
+
+            self.engine = None  # free the old caches before allocating new ones
+            self.engine = SpecEngine(
+                self.pair.target,
+                self.pair.draft if self.k_max > 0 else None,
+                max_batch=self.max_batch,
+                max_len=self.max_len,
+                k_max=self.k_max,
+                device=self.device,
+            )
+        self.engine.pop_finished()
+
+    def _submit(self, requests) -> None:
+        for r in requests:
+            self.engine.add(resolve_prompt(self.streams, r), max_new_tokens=r.max_new_tokens)
+
+    def _batch_ahead(self) -> int:
+        return min(self.max_batch, self.engine.num_running + self.engine.num_waiting)
+
+    def _queued(self) -> int:
+        return max(0, self.engine.num_running + self.engine.num_waiting - self.max_batch)
+
+    def _serve(self, k: int):
+        stats = self.engine.step(k)
+        self.engine.pop_finished()
+        self.last_stats = stats
+        return (
+            stats.committed,
+            stats.total_time,
+            stats.drafted,
+            stats.accepted,
+            stats.finished,
+            float(stats.max_context),
+        )

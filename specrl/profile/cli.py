@@ -1,0 +1,74 @@
+"""``specrl profile``: measure this machine, or show a measured profile's table."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4, got {text!r}") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "profile",
+        help="measure step times and acceptance on this machine (a hardware profile)",
+        description="Measure verify/draft/catch-up times by batch size, K and context, and "
+        "per-domain per-position acceptance, with the real engine; write them as JSON. "
+        "With --show, print the tokens/s table of an existing profile.",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--out", metavar="PROFILE.json", help="measure and write here")
+    what.add_argument("--show", metavar="PROFILE.json", help="print a profile's table")
+    parser.add_argument("--preset", default="small", help="default pair to measure (small)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--k-max", type=int, default=4)
+    parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument(
+        "--contexts",
+        type=_ints,
+        default=[32, 224],
+        help="prompt lengths of the timing cells (tokens)",
+    )
+    parser.add_argument("--reps", type=int, default=3, help="repetitions per K and cell")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specrl.profile.measure import format_table
+    from specrl.profile.schema import load_profile
+
+    if args.show:
+        profile = load_profile(args.show)
+    else:
+        from specrl.models.pair import load_default_pair
+        from specrl.profile.measure import measure_profile
+
+        pair = load_default_pair(args.preset, device=args.device)
+        profile = measure_profile(
+            pair,
+            k_max=args.k_max,
+            batch_sizes=args.batch_sizes,
+            contexts=args.contexts,
+            reps=args.reps,
+            device=args.device,
+            seed=args.seed,
+            preset=args.preset,
+        )
+        profile.save(args.out)
+        print(f"wrote {args.out} ({profile.meta['duration_s']} s)")
+    fp = profile.fingerprint
+    print(
+        f"committed tokens/s on {fp.get('device')}, context {profile.contexts[0]:.0f}, "
+        f"prompts from all domains (bold: best K)"
+    )
+    print(format_table(profile))
+    rates = ", ".join(
+        f"{d} " + "/".join(f"{a:.2f}" for a in r) for d, r in profile.acceptance.items()
+    )
+    print(f"acceptance by position (conditional): {rates}")
+    return 0

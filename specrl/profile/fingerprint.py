@@ -1,0 +1,104 @@
+"""Where a profile was measured, and whether it may stand in for a given engine.
+
+A fingerprint names the device, the library versions, the model pair (ids and a hash of the
+weights) and ``k_max``. Timings only transfer between identical devices and identical
+weights; versions may shift timings a little, so a version mismatch only warns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import warnings
+from functools import cache
+
+import torch
+import transformers
+
+from specrl.errors import SpecrlError
+
+HARD_KEYS = ("device", "target_sha256", "draft_sha256")
+SOFT_KEYS = ("torch", "transformers")
+
+
+@cache
+def device_name(device: str = "cpu") -> str:
+    """A stable name for the hardware, e.g. ``cpu: AMD EPYC x2`` or ``cuda: NVIDIA H200``."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(dev)}"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{dev.type}: {model} x{os.cpu_count()}"
+
+
+def weights_sha256(model) -> str:
+    """SHA-256 over the model's parameters and buffers, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def _model_id(model, path) -> str:
+    if path:
+        return str(path)
+    return str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
+
+
+def pair_fingerprint(pair, *, k_max: int, device: str = "cpu") -> dict:
+    """The fingerprint of ``pair`` (a ``specrl.models.ModelPair``) on ``device``."""
+    return {
+        "device": device_name(str(device)),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "target_id": _model_id(pair.target, getattr(pair, "target_path", None)),
+        "target_sha256": weights_sha256(pair.target),
+        "draft_id": _model_id(pair.draft, getattr(pair, "draft_path", None)),
+        "draft_sha256": weights_sha256(pair.draft) if pair.draft is not None else "",
+        "k_max": k_max,
+    }
+
+
+def check_compatible(profile, fingerprint: dict, *, force: bool = False, source: str = "") -> None:
+    """Refuse ``profile`` for an engine with ``fingerprint`` unless they match.
+
+    Device or weights differ: :class:`SpecrlError`, or a warning with ``force=True``.
+    Library versions differ: a warning. The engine's ``k_max`` beyond the profile's: always an
+    error (there is nothing measured to stand in for it).
+    """
+    where = source or "profile"
+    theirs = profile.fingerprint
+    if fingerprint.get("k_max", 0) > profile.k_max:
+        raise SpecrlError(
+            f"{where}: k_max is {profile.k_max} but the engine uses k_max="
+            f"{fingerprint['k_max']}; measure a profile with `specrl profile --k-max "
+            f"{fingerprint['k_max']}` or lower k_max"
+        )
+    hard = [k for k in HARD_KEYS if theirs.get(k) != fingerprint.get(k)]
+    if hard:
+        detail = "; ".join(f"{k}: {theirs.get(k)!r} vs here {fingerprint.get(k)!r}" for k in hard)
+        message = (
+            f"{where} was measured on other hardware or another model pair ({detail}); "
+            "measure this machine with `specrl profile --out PROFILE.json`, or force it "
+            "(--force / force_profile=True) to use it anyway"
+        )
+        if not force:
+            raise SpecrlError(message)
+        warnings.warn(message, stacklevel=2)
+    soft = [k for k in SOFT_KEYS if theirs.get(k) != fingerprint.get(k)]
+    if soft:
+        warnings.warn(
+            f"{where}: library versions differ ({', '.join(soft)}); timings may have shifted",
+            stacklevel=2,
+        )

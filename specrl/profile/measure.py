@@ -1,0 +1,277 @@
+"""Measure a hardware profile with the real engine (``specrl profile --out PROFILE.json``).
+
+Timing cells: for each context level and batch size, a fresh engine is filled with B prompts
+of equal length (rows rotate through the domains) and stepped through a fixed K sequence:
+admission (prefill), a K=k_max step (draft catches up on the prompts), then ``reps`` times
+``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three plain steps, a catch-up step after them, and
+one clean step per K. A warm-up cell runs first and is discarded.
+
+Acceptance: per domain, a batch of prompts is decoded greedily at K=k_max to the end;
+per-position accepted / drafted counts give the conditional rates.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+
+from specrl.errors import SpecrlError
+from specrl.profile.fingerprint import pair_fingerprint
+from specrl.profile.schema import Profile
+from specrl.workload.trace import DOMAINS
+
+PLAIN_STEPS = 3
+"""K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
+
+
+def _sequence(k_max: int, reps: int) -> list[int]:
+    return [k_max] + reps * ([0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1)))
+
+
+def _prompts(streams, n: int, length: int, rng: np.random.Generator, domains) -> list:
+    out = []
+    for i in range(n):
+        stream = streams[domains[i % len(domains)]]
+        start = int(rng.integers(0, max(1, len(stream) - length)))
+        out.append((domains[i % len(domains)], list(stream[start : start + length])))
+    return out
+
+
+def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
+    from specrl.engine import SpecEngine
+
+    return SpecEngine(
+        pair.target, pair.draft, max_batch=max_batch, max_len=max_len, k_max=k_max, device=device
+    )
+
+
+def _timing_cell(pair, streams, *, batch, context, k_max, reps, device, rng) -> list[dict]:
+    seq = _sequence(k_max, reps)
+    new_tokens = 1 + sum(k + 1 for k in seq)
+    engine = _engine(
+        pair, max_batch=batch, max_len=context + new_tokens + k_max + 2, k_max=k_max, device=device
+    )
+    for _, prompt in _prompts(streams, batch, context, rng, DOMAINS):
+        engine.add(prompt, max_new_tokens=new_tokens)
+    samples = []
+    for k in [0] + seq:
+        s = engine.step(k)
+        samples.append(
+            {
+                "k": k,
+                "context": s.max_context,
+                "verify": s.verify_time,
+                "draft": s.draft_time,
+                "prefill": s.prefill_time,
+                "total": s.total_time,
+                "committed": s.committed,
+                "prefill_tokens": s.prefill_tokens,
+                "catchup_tokens": s.catchup_tokens,
+                "batch": s.batch_size,
+            }
+        )
+    return samples
+
+
+def _acceptance(
+    pair,
+    streams,
+    *,
+    k_max,
+    device,
+    rng,
+    rows: int,
+    prompt_len: int,
+    new_tokens: int,
+    domains: Sequence[str],
+) -> dict:
+    counts = {}
+    for domain in domains:
+        engine = _engine(
+            pair,
+            max_batch=rows,
+            max_len=prompt_len + new_tokens + k_max + 2,
+            k_max=k_max,
+            device=device,
+        )
+        for _, prompt in _prompts(streams, rows, prompt_len, rng, [domain]):
+            engine.add(prompt, max_new_tokens=new_tokens)
+        acc, drafted = [0] * k_max, [0] * k_max
+        while engine.has_work:
+            s = engine.step(k_max)
+            for i in range(len(s.accepted_per_position)):
+                acc[i] += s.accepted_per_position[i]
+                drafted[i] += s.drafted_per_position[i]
+        counts[domain] = {"accepted_per_position": acc, "drafted_per_position": drafted}
+    return counts
+
+
+def conditional_rates(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]:
+    """P(token i accepted | tokens < i accepted) from per-position counts (each position's
+    accepted count already requires all earlier ones)."""
+    rates, prev = [], 1.0
+    for a, d in zip(accepted, drafted, strict=True):
+        p = a / d if d else 0.0
+        rates.append(min(1.0, p / prev) if prev > 0 else 0.0)
+        prev = p
+    return rates
+
+
+def _points(pairs: list[tuple[float, float]]) -> dict:
+    """Measured (tokens, seconds) averaged per token count, made non-decreasing."""
+    by_tokens = defaultdict(list)
+    for tokens, seconds in pairs:
+        by_tokens[float(tokens)].append(max(0.0, seconds))
+    xs = sorted(by_tokens)
+    ys = np.maximum.accumulate([float(np.mean(by_tokens[x])) for x in xs]).tolist()
+    return {"tokens": xs, "seconds": ys}
+
+
+def measure_profile(
+    pair,
+    *,
+    k_max: int = 4,
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    contexts: Sequence[int] = (32, 224),
+    reps: int = 3,
+    streams: dict[str, list[int]] | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    acceptance_rows: int = 16,
+    progress: bool = True,
+    preset: str | None = None,
+) -> Profile:
+    """Measure ``pair`` on this machine; see the module docstring for what runs."""
+    from tqdm.auto import tqdm
+
+    if pair.draft is None:
+        raise SpecrlError("profiling needs a draft model; this pair has none")
+    if k_max < 1:
+        raise SpecrlError(f"k_max must be >= 1 to profile speculation, got {k_max}")
+    if list(batch_sizes) != sorted(set(batch_sizes)) or batch_sizes[0] != 1:
+        raise SpecrlError(f"batch sizes must increase from 1, got {list(batch_sizes)}")
+    if list(contexts) != sorted(set(contexts)) or contexts[0] < 2:
+        raise SpecrlError(f"contexts must increase from at least 2, got {list(contexts)}")
+    if streams is None:
+        from specrl.workload.prompts import token_streams
+
+        streams = token_streams(pair.tokenizer)
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    cells = [(b, c) for c in contexts for b in batch_sizes]
+    bar = tqdm(total=len(cells) + 2, desc="profile", disable=not progress)
+    kw = {"k_max": k_max, "reps": 1, "device": device, "rng": rng}
+    _timing_cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw)  # warm-up
+    bar.update()
+    kw["reps"] = reps
+    samples = {}
+    for b, c in cells:
+        bar.set_postfix_str(f"B={b} ctx={c}")
+        samples[b, c] = _timing_cell(pair, streams, batch=b, context=c, **kw)
+        bar.update()
+    bar.set_postfix_str("acceptance")
+    counts = _acceptance(
+        pair,
+        streams,
+        k_max=k_max,
+        device=device,
+        rng=rng,
+        rows=acceptance_rows,
+        prompt_len=64,
+        new_tokens=96,
+        domains=DOMAINS,
+    )
+    bar.update()
+    bar.close()
+    profile = _tabulate(samples, batch_sizes, contexts, k_max, counts)
+    profile.fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
+    profile.meta = {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(time.perf_counter() - started, 1),
+        "preset": preset,
+        "reps": reps,
+        "prompt_lengths": list(contexts),
+        "seed": seed,
+    }
+    return profile
+
+
+def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
+    nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
+    verify = np.zeros((nb, nk, nc))
+    draft = np.zeros((nb, nk, nc))
+    overhead = np.zeros((nb, nk))
+    sigma = np.zeros(nb)
+    tokens_per_s = np.zeros((nb, nk))
+    ctx_seen = np.zeros(nc)
+    prefill, catchup = [], []
+    for bi, b in enumerate(batch_sizes):
+        rest = defaultdict(list)
+        for ci, c in enumerate(contexts):
+            steps = samples[b, c]
+            admission, decode = steps[0], steps[1:]
+            prefill.append((b * (c - 1), admission["prefill"]))
+            ctx_seen[ci] += np.mean([s["context"] for s in decode]) / nb
+            for k in range(nk):
+                at_k = [s for s in decode if s["k"] == k]
+                clean = [s for s in at_k if s["catchup_tokens"] == 0]
+                verify[bi, k, ci] = np.mean([s["verify"] for s in at_k])
+                draft[bi, k, ci] = np.mean([s["draft"] for s in clean]) if k else 0.0
+                rest[k] += [s["total"] - s["draft"] - s["verify"] - s["prefill"] for s in at_k]
+                if ci == 0:
+                    tokens_per_s[bi, k] = sum(s["committed"] for s in clean) / sum(
+                        s["total"] for s in clean
+                    )
+            for s in decode:
+                if s["k"] and s["catchup_tokens"]:
+                    catchup.append((s["catchup_tokens"], s["draft"] - draft[bi, s["k"], ci]))
+        for k in range(nk):
+            overhead[bi, k] = max(0.0, float(np.mean(rest[k])))
+        logs = []
+        for ci, c in enumerate(contexts):
+            for s in samples[b, c][1:]:
+                if s["catchup_tokens"] == 0:
+                    table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
+                    logs.append(math.log(s["total"] / table))
+        sigma[bi] = float(np.std(logs))
+    if np.any(np.diff(ctx_seen) <= 0):
+        raise SpecrlError(
+            f"measured contexts {ctx_seen.tolist()} do not increase; space the "
+            "--contexts further apart"
+        )
+    acceptance = {
+        d: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
+        for d, c in counts.items()
+    }
+    return Profile(
+        fingerprint={},
+        batch_sizes=list(batch_sizes),
+        contexts=[round(float(c), 1) for c in ctx_seen],
+        k_max=k_max,
+        verify_s=verify.tolist(),
+        draft_s=draft.tolist(),
+        overhead_s=overhead.tolist(),
+        time_log_sigma=sigma.tolist(),
+        prefill=_points(prefill),
+        catchup=_points(catchup),
+        acceptance=acceptance,
+        acceptance_counts=counts,
+        tokens_per_s=tokens_per_s.tolist(),
+    )
+
+
+def format_table(profile: Profile) -> str:
+    """Measured tokens/s by batch size (rows) and K (columns), as a Markdown table."""
+    ks = range(profile.k_max + 1)
+    head = "| batch | " + " | ".join("off" if k == 0 else f"K={k}" for k in ks) + " |"
+    lines = [head, "|" + "---|" * (profile.k_max + 2)]
+    for b, row in zip(profile.batch_sizes, profile.tokens_per_s, strict=True):
+        best = int(np.argmax(row))
+        cells = [f"**{v:.0f}**" if k == best else f"{v:.0f}" for k, v in enumerate(row)]
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

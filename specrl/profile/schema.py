@@ -1,0 +1,172 @@
+"""The hardware profile: what one engine step costs on one machine with one model pair.
+
+A profile is a JSON file (``format: "specrl-profile"``) holding a fingerprint of where it was
+measured and the measured tables. Grids: ``batch_sizes`` (B, starting at 1), ``contexts``
+(the batch's longest row, tokens: attention runs over the padded batch, so the longest row
+sets the cost) and K = 0..``k_max``.
+
+Tables (seconds are means over the measured steps, device-synchronized):
+
+* ``verify_s[b][k][c]``: the target forward over K+1 tokens per row.
+* ``draft_s[b][k][c]``: the draft's K proposals, without catch-up (0 for K=0).
+* ``overhead_s[b][k]``: the rest of a step (sampling, bookkeeping, retiring rows).
+* ``time_log_sigma[b]``: spread of a step's time around the table: standard deviation of
+  ``log(measured / table)`` over the steps at batch size ``b``.
+* ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``, measured points of
+  the target's prompt prefill and the draft's catch-up forward, by padded tokens.
+* ``acceptance[domain][i]``: probability that draft token ``i`` (0-based) is accepted given
+  tokens ``0..i-1`` were (greedy decoding), from ``acceptance_counts``.
+* ``tokens_per_s[b][k]``: measured committed tokens per second at ``contexts[0]``, prompts
+  from all domains (the profile table in the README).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.workload.trace import DOMAINS
+
+PROFILE_FORMAT = "specrl-profile"
+PROFILE_VERSION = 1
+
+
+@dataclass
+class Profile:
+    fingerprint: dict
+    batch_sizes: list[int]
+    contexts: list[float]
+    k_max: int
+    verify_s: list[list[list[float]]]
+    draft_s: list[list[list[float]]]
+    overhead_s: list[list[float]]
+    time_log_sigma: list[float]
+    prefill: dict
+    catchup: dict
+    acceptance: dict[str, list[float]]
+    acceptance_counts: dict[str, dict[str, list[int]]]
+    tokens_per_s: list[list[float]]
+    meta: dict = field(default_factory=dict)
+
+    def step_seconds(self, b: int, k: int, c: int) -> float:
+        """Table time of a step without prefill or catch-up, at grid indices."""
+        return self.verify_s[b][k][c] + self.draft_s[b][k][c] + self.overhead_s[b][k]
+
+    @property
+    def plain_decode_tokens_per_s(self) -> float:
+        """Committed tokens per second of plain decoding (K=0) at batch 1, shortest context."""
+        return 1.0 / self.step_seconds(0, 0, 0)
+
+    def to_json(self) -> dict:
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, **asdict(self)}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _check_array(value, shape: tuple[int, ...], where: str) -> None:
+    if not shape:
+        if not _num(value):
+            raise SpecrlError(f"{where}: expected a finite number >= 0, got {value!r}")
+        return
+    if not isinstance(value, list) or len(value) != shape[0]:
+        got = len(value) if isinstance(value, list) else type(value).__name__
+        raise SpecrlError(f"{where}: expected a list of {shape[0]}, got {got}")
+    for i, item in enumerate(value):
+        _check_array(item, shape[1:], f"{where}[{i}]")
+
+
+def _check_points(obj, where: str) -> None:
+    if not isinstance(obj, dict) or set(obj) != {"tokens", "seconds"}:
+        raise SpecrlError(f"{where}: expected {{'tokens': [...], 'seconds': [...]}}")
+    n = len(obj["tokens"]) if isinstance(obj["tokens"], list) else 0
+    if n == 0:
+        raise SpecrlError(f"{where}.tokens: expected a non-empty list")
+    _check_array(obj["tokens"], (n,), f"{where}.tokens")
+    _check_array(obj["seconds"], (n,), f"{where}.seconds")
+    if any(b < a for a, b in pairwise(obj["tokens"])):
+        raise SpecrlError(f"{where}.tokens: must be sorted ascending")
+
+
+def profile_from_json(obj, source: str = "profile") -> Profile:
+    """Validate a decoded profile; a profile that fails any check is rejected whole."""
+    if not isinstance(obj, dict):
+        raise SpecrlError(f"{source}: expected a JSON object at the top level")
+    if obj.get("format") != PROFILE_FORMAT:
+        raise SpecrlError(f"{source}: field 'format' must be {PROFILE_FORMAT!r}; not a profile")
+    if obj.get("version") != PROFILE_VERSION:
+        raise SpecrlError(
+            f"{source}: field 'version' is {obj.get('version')!r}, this specrl reads version "
+            f"{PROFILE_VERSION}; measure it again with `specrl profile --out {source}`"
+        )
+    names = [f for f in Profile.__dataclass_fields__ if f != "meta"]
+    for name in names:
+        if name not in obj:
+            raise SpecrlError(f"{source}: missing field {name!r}")
+    k_max = obj["k_max"]
+    if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 0:
+        raise SpecrlError(f"{source}.k_max: expected an integer >= 0, got {k_max!r}")
+    batch_sizes, contexts = obj["batch_sizes"], obj["contexts"]
+    ok_b = (
+        isinstance(batch_sizes, list)
+        and batch_sizes
+        and all(isinstance(b, int) and not isinstance(b, bool) for b in batch_sizes)
+        and batch_sizes[0] == 1
+        and all(b > a for a, b in pairwise(batch_sizes))
+    )
+    if not ok_b:
+        raise SpecrlError(f"{source}.batch_sizes: expected increasing integers starting at 1")
+    if not (isinstance(contexts, list) and contexts and all(_num(c) for c in contexts)) or any(
+        b <= a for a, b in pairwise(contexts)
+    ):
+        raise SpecrlError(f"{source}.contexts: expected increasing numbers >= 0")
+    nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
+    _check_array(obj["verify_s"], (nb, nk, nc), f"{source}.verify_s")
+    _check_array(obj["draft_s"], (nb, nk, nc), f"{source}.draft_s")
+    _check_array(obj["overhead_s"], (nb, nk), f"{source}.overhead_s")
+    _check_array(obj["time_log_sigma"], (nb,), f"{source}.time_log_sigma")
+    _check_array(obj["tokens_per_s"], (nb, nk), f"{source}.tokens_per_s")
+    if not all(v > 0 for v in obj["verify_s"][0][0]):
+        raise SpecrlError(f"{source}.verify_s[0][0]: plain decode times must be > 0")
+    _check_points(obj["prefill"], f"{source}.prefill")
+    _check_points(obj["catchup"], f"{source}.catchup")
+    acceptance = obj["acceptance"]
+    if not isinstance(acceptance, dict) or not acceptance:
+        raise SpecrlError(f"{source}.acceptance: expected {{domain: [rate per position]}}")
+    for domain, rates in acceptance.items():
+        where = f"{source}.acceptance.{domain}"
+        if domain not in DOMAINS:
+            raise SpecrlError(f"{where}: unknown domain {domain!r}; known: {DOMAINS}")
+        _check_array(rates, (k_max,), where)
+        if any(r > 1 for r in rates):
+            raise SpecrlError(f"{where}: acceptance rates must lie in [0, 1]")
+    if not isinstance(obj["fingerprint"], dict):
+        raise SpecrlError(f"{source}.fingerprint: expected an object")
+    if not isinstance(obj["acceptance_counts"], dict):
+        raise SpecrlError(f"{source}.acceptance_counts: expected an object")
+    return Profile(**{name: obj[name] for name in names}, meta=dict(obj.get("meta") or {}))
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile written by ``specrl profile --out PATH``."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecrlError(
+            f"profile file {path} not found; measure one with `specrl profile --out {path}`"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecrlError(
+            f"profile file {path} is not valid JSON ({err}); measure it again with "
+            f"`specrl profile --out {path}`"
+        ) from None
+    return profile_from_json(obj, source=str(path))

@@ -1,0 +1,121 @@
+"""Hardware profiles: validated on load, fingerprinted, refused where they do not belong."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from specrl.errors import SpecrlError
+from specrl.profile import check_compatible, load_profile, pair_fingerprint
+from specrl.profile.measure import conditional_rates, format_table, measure_profile
+from specrl.profile.synthetic import expected_tokens_per_row, linear_profile
+
+
+def test_round_trip(tmp_path):
+    prof = linear_profile()
+    prof.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == prof
+
+
+def test_conditional_rates_from_prefix_counts():
+    # 100 rows drafted 3 tokens; 80 accepted the first, 40 the first two, 10 all three.
+    assert conditional_rates([80, 40, 10], [100, 100, 100]) == [0.8, 0.5, 0.25]
+    assert conditional_rates([0, 0], [10, 10]) == [0.0, 0.0]
+
+
+def test_expected_tokens_per_row():
+    assert expected_tokens_per_row([0.5, 0.5], 2) == 1 + 0.5 + 0.25
+    assert expected_tokens_per_row([0.5, 0.5], 0) == 1
+
+
+def _bad(tmp_path, edit) -> str:
+    obj = linear_profile().to_json()
+    edit(obj)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.pop("verify_s"), r"missing field 'verify_s'"),
+        (lambda p: p["verify_s"][2].pop(), r"verify_s\[2\]: expected a list of 5"),
+        (lambda p: p["draft_s"][0][1].__setitem__(0, -1.0), r"draft_s\[0\]\[1\]\[0\]"),
+        (lambda p: p["acceptance"]["code"].__setitem__(1, 1.5), r"acceptance\.code.*\[0, 1\]"),
+        (lambda p: p["acceptance"].update(poetry=[0.5] * 4), r"unknown domain 'poetry'"),
+        (lambda p: p.update(batch_sizes=[2, 4, 8, 16, 32, 64, 128]), r"batch_sizes"),
+        (lambda p: p.update(k_max="4"), r"k_max"),
+        (lambda p: p.update(version=0), r"'version' is 0"),
+        (lambda p: p["catchup"].update(tokens=[9.0, 3.0]), r"catchup\.tokens: must be sorted"),
+    ],
+)
+def test_malformed_profile_is_rejected_naming_file_and_field(tmp_path, edit, message):
+    path = _bad(tmp_path, edit)
+    with pytest.raises(SpecrlError, match=message) as err:
+        load_profile(path)
+    assert path in str(err.value)
+
+
+def test_missing_or_non_json_profile(tmp_path):
+    with pytest.raises(SpecrlError, match=r"not found.*specrl profile --out"):
+        load_profile(tmp_path / "none.json")
+    (tmp_path / "x.json").write_text("[1, 2")
+    with pytest.raises(SpecrlError, match="not valid JSON"):
+        load_profile(tmp_path / "x.json")
+
+
+def _fingerprint(**changes) -> dict:
+    fp = {
+        "device": "cpu: test",
+        "torch": "1",
+        "transformers": "2",
+        "target_sha256": "t",
+        "draft_sha256": "d",
+        "k_max": 4,
+    }
+    return {**fp, **changes}
+
+
+def test_check_compatible():
+    prof = linear_profile()
+    prof.fingerprint = _fingerprint()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_compatible(prof, _fingerprint())
+        check_compatible(prof, _fingerprint(k_max=2))
+    for key in ("device", "target_sha256", "draft_sha256"):
+        with pytest.raises(SpecrlError, match=rf"other hardware or another model pair.*{key}"):
+            check_compatible(prof, _fingerprint(**{key: "other"}), source="p.json")
+        with pytest.warns(UserWarning, match="other hardware"):
+            check_compatible(prof, _fingerprint(**{key: "other"}), force=True)
+    with pytest.warns(UserWarning, match="library versions differ"):
+        check_compatible(prof, _fingerprint(torch="9"))
+    with pytest.raises(SpecrlError, match=r"k_max is 4 but the engine uses k_max=6"):
+        check_compatible(prof, _fingerprint(k_max=6), force=True)
+
+
+def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
+    prof = measure_profile(
+        micro_pair,
+        k_max=2,
+        batch_sizes=(1, 2),
+        contexts=(8, 40),
+        reps=1,
+        acceptance_rows=2,
+        progress=False,
+    )
+    prof.save(tmp_path / "p.json")
+    loaded = load_profile(tmp_path / "p.json")
+    assert loaded.batch_sizes == [1, 2] and loaded.k_max == 2
+    assert loaded.fingerprint == pair_fingerprint(micro_pair, k_max=2)
+    assert set(loaded.acceptance) == {"code", "prose", "hard"}
+    for counts in loaded.acceptance_counts.values():
+        assert counts["drafted_per_position"][0] > 0
+    assert all(v > 0 for row in loaded.verify_s for per_k in row for v in per_k)
+    assert all(loaded.draft_s[b][0] == [0.0, 0.0] for b in range(2))
+    assert loaded.contexts[0] > 8 and loaded.contexts[1] > 40
+    check_compatible(loaded, pair_fingerprint(micro_pair, k_max=2))
+    assert format_table(loaded).splitlines()[0] == "| batch | off | K=1 | K=2 |"

@@ -1,0 +1,139 @@
+"""SurrogateSpecEnv: checkers, determinism, fixed work, acceptance and catch-up as profiled."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import specrl  # noqa: F401  (registers the ids)
+from specrl.envs import SurrogateSpecEnv, run_episode
+from specrl.errors import SpecrlError
+from specrl.policies import BatchThreshold, FixedK
+from specrl.profile.synthetic import expected_tokens_per_row, linear_profile
+from specrl.workload import LengthDist, make_trace, preset_trace, steady
+
+
+def _env(**kwargs) -> SurrogateSpecEnv:
+    kwargs.setdefault("profile", linear_profile())
+    kwargs.setdefault("workload", "ramp")
+    kwargs.setdefault("workload_kwargs", {"n_requests": 24, "peak": 8})
+    kwargs.setdefault("max_batch", 8)
+    return SurrogateSpecEnv(**kwargs)
+
+
+def test_gymnasium_check_env_passes_without_warnings():
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("specrl/SurrogateSpec-v0", profile=linear_profile(), max_batch=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+
+
+def test_sb3_check_env_passes_without_warnings():
+    from stable_baselines3.common.env_checker import check_env
+
+    env = _env()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env, warn=True)
+
+
+def _trajectory(env, seed, actions):
+    out = [env.reset(seed=seed)]
+    for a in actions:
+        out.append(env.step(a))
+    return out
+
+
+def test_same_seed_and_actions_give_the_same_trajectory():
+    actions = np.random.default_rng(0).integers(0, 5, size=300).tolist()
+    a = _trajectory(_env(), 7, actions)
+    b = _trajectory(_env(), 7, actions)
+    c = _trajectory(_env(), 8, actions)
+    assert repr(a) == repr(b)
+    assert repr(a) != repr(c)
+
+
+def test_every_policy_commits_exactly_the_trace_tokens():
+    trace = preset_trace("bursts", seed=1, n_requests=40, peak=8)
+    env = _env(workload=trace)
+    for policy in (FixedK(0), FixedK(3), BatchThreshold(4, 2, 8)):
+        result = run_episode(env, policy, seed=0)
+        assert result.tokens == trace.total_tokens
+        assert env.episode_tokens == trace.total_tokens
+
+
+def test_committed_per_row_matches_the_profiled_acceptance():
+    rates = {"code": [0.9, 0.5, 0.5, 0.5]}
+    trace = make_trace(
+        name="code",
+        seed=0,
+        n_requests=8,
+        load={"kind": "closed", "schedule": steady(8)},
+        domains={"code": 1.0},
+        output_lengths=LengthDist(median=300, sigma=0, lo=300, hi=300),
+        prompt_lengths=LengthDist(median=8, sigma=0, lo=8, hi=8),
+    )
+    env = _env(profile=linear_profile(acceptance=rates), workload=trace)
+    env.reset(seed=0)
+    per_row = []
+    for _ in range(40):
+        _, _, _, _, info = env.step(2)
+        per_row.append(info["committed"] / 8)
+    # E(2) = 1 + 0.9 + 0.45 = 2.35; 320 row-steps give a standard error of about 0.04.
+    assert np.mean(per_row) == pytest.approx(expected_tokens_per_row(rates["code"], 2), abs=0.15)
+
+
+def test_catch_up_after_plain_steps_is_charged_once():
+    prof = linear_profile(time_log_sigma=0.0)
+    prof.catchup = {"tokens": [1.0, 1000.0], "seconds": [0.1, 100.0]}  # 0.1 s per token
+    prof.prefill = {"tokens": [1.0, 1000.0], "seconds": [0.0, 0.0]}
+    trace = make_trace(
+        name="one",
+        seed=0,
+        n_requests=1,
+        load={"kind": "closed", "schedule": steady(1)},
+        domains={"hard": 1.0},
+        output_lengths=LengthDist(median=100, sigma=0, lo=100, hi=100),
+        prompt_lengths=LengthDist(median=10, sigma=0, lo=10, hi=10),
+    )
+    env = _env(profile=prof, workload=trace, max_batch=1)
+    env.reset(seed=0)
+    times = [env.step(k)[4]["step_time_s"] for k in (2, 2, 0, 0, 0, 2, 2)]
+    # Prompt: 10 tokens, the draft reads 9 of them on the first K>0 step.
+    assert times[0] - times[1] == pytest.approx(0.9)
+    # Three plain steps leave it 4 behind (1 or 2 after the block, +3); it reads all but one.
+    assert times[5] - times[6] == pytest.approx(0.3, abs=0.11)
+    assert times[2] < times[1]
+
+
+def test_reference_rate_defaults_to_plain_decoding_at_batch_1():
+    prof = linear_profile()
+    assert _env(profile=prof).reference_tokens_per_s == pytest.approx(
+        1 / prof.step_seconds(0, 0, 0)
+    )
+
+
+def test_bad_input_names_the_field(tmp_path):
+    with pytest.raises(SpecrlError, match=r"k_max=6 is larger than the profile's k_max \(4\)"):
+        _env(k_max=6)
+    with pytest.raises(SpecrlError, match=r"profile file .*missing.json not found"):
+        _env(profile=tmp_path / "missing.json")
+    only_code = linear_profile(acceptance={"code": [0.5] * 4})
+    with pytest.raises(SpecrlError, match=r"domain\(s\) \['hard', 'prose'\].*'acceptance'"):
+        _env(profile=only_code, workload=preset_trace("steady-8", n_requests=30))
+    long = preset_trace(
+        "steady-1", n_requests=2, output_lengths=LengthDist(median=900, sigma=0, lo=900, hi=900)
+    )
+    with pytest.raises(SpecrlError, match=r"needs 9\d\d tokens.*max_len is 384"):
+        _env(workload=long)
+    with pytest.raises(SpecrlError, match=r"workload 'busy'.*preset"):
+        _env(workload="busy")
+    env = _env()
+    env.reset(seed=0)
+    with pytest.raises(SpecrlError, match=r"action 5 is outside 0..4"):
+        env.step(5)
