@@ -1,0 +1,261 @@
+"""SpecEngine against independent references, one test per bug class in ANCHORS.md."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from engine_helpers import (
+    VOCAB,
+    hf_greedy,
+    noisy_copy,
+    random_prompts,
+    run_to_completion,
+    tiny_llama,
+)
+
+from specrl.engine import SpecEngine
+from specrl.errors import InvalidRequestError
+
+K_MAX = 4
+NEW_TOKENS = 128
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(0)
+
+
+@pytest.fixture(scope="module")
+def drafts(target):
+    return {
+        "same": target,
+        "noisy": noisy_copy(target, seed=1, scale=0.08),
+        "random": tiny_llama(7, layers=1, hidden=32),
+    }
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return random_prompts(32, seed=3)
+
+
+@pytest.fixture(scope="module")
+def reference(target, prompts):
+    # Requests get different budgets so they leave the batch at different steps.
+    budgets = [NEW_TOKENS + (i % 5) * 3 for i in range(len(prompts))]
+    return budgets, [hf_greedy(target, p, n) for p, n in zip(prompts, budgets)]
+
+
+def _serve(target, draft, prompts, budgets, k_schedule, *, max_batch, stagger=False):
+    engine = SpecEngine(target, draft, max_batch=max_batch, max_len=256, k_max=K_MAX)
+    ids = {}
+    if stagger:
+        # Requests join mid-run, two every three steps, while others are decoding.
+        arrivals = {}
+        for i, (p, n) in enumerate(zip(prompts, budgets)):
+            arrivals.setdefault(3 * (i // 2), []).append(
+                lambda i=i, p=p, n=n: ids.__setitem__(i, engine.add(p, max_new_tokens=n))
+            )
+        finished, stats = run_to_completion(engine, k_schedule, arrivals=arrivals)
+    else:
+        for i, (p, n) in enumerate(zip(prompts, budgets)):
+            ids[i] = engine.add(p, max_new_tokens=n)
+        finished, stats = run_to_completion(engine, k_schedule)
+    return [finished[ids[i]] for i in range(len(prompts))], stats
+
+
+@pytest.mark.parametrize("k", range(K_MAX + 1))
+@pytest.mark.parametrize("batch", [1, 8, 32])
+def test_greedy_matches_hf_generate_for_fixed_k(target, drafts, prompts, reference, k, batch):
+    budgets, expected = reference
+    n = {1: 2, 8: 12, 32: 32}[batch]
+    outs, _ = _serve(target, drafts["noisy"], prompts[:n], budgets[:n], lambda s: k,
+                     max_batch=batch, stagger=batch > 1)
+    for i, out in enumerate(outs):
+        assert out.token_ids == expected[i], f"request {i} diverged at K={k}, batch {batch}"
+        assert out.finish_reason == "length"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_matches_hf_generate_for_random_k_sequences(target, drafts, prompts, reference, seed):
+    budgets, expected = reference
+    rng = random.Random(seed)
+    schedule = [rng.randint(0, K_MAX) for _ in range(10_000)]
+    outs, stats = _serve(target, drafts["noisy"], prompts, budgets, schedule.__getitem__,
+                         max_batch=16, stagger=True)
+    assert [o.token_ids for o in outs] == expected
+    assert {s.k for s in stats} == set(range(K_MAX + 1))
+    assert sum(s.committed for s in stats) == sum(budgets)
+
+
+def test_same_model_draft_accepts_everything(target, drafts, prompts):
+    for k in range(1, K_MAX + 1):
+        budget = 1 + 20 * (k + 1)
+        outs, stats = _serve(target, drafts["same"], prompts[:8], [budget] * 8, lambda s: k,
+                             max_batch=8)
+        full = [s for s in stats if s.drafted == k * s.batch_size and s.batch_size]
+        mean_accepted_length = sum(s.committed for s in full) / sum(s.batch_size for s in full)
+        assert mean_accepted_length >= 0.98 * (k + 1)
+        assert sum(o.accepted for o in outs) == sum(o.drafted for o in outs)
+
+
+def test_random_draft_accepts_almost_nothing_and_output_stays_greedy(
+    target, drafts, prompts, reference
+):
+    budgets, expected = reference
+    outs, stats = _serve(target, drafts["random"], prompts[:8], budgets[:8], lambda s: K_MAX,
+                         max_batch=8)
+    assert [o.token_ids for o in outs] == expected[:8]
+    drafted = sum(s.drafted for s in stats)
+    accepted = sum(s.accepted for s in stats)
+    assert drafted > 1000
+    assert accepted / drafted < 0.1
+
+
+def test_eos_inside_an_accepted_block_ends_the_request_there(target, drafts, prompts, reference):
+    budgets, expected = reference
+    ref = expected[0]
+    # A token whose first occurrence falls in the middle of a K=4 block (positions 1..3 of 5).
+    index = next(i for i, t in enumerate(ref) if i % (K_MAX + 1) in (1, 2, 3) and ref.index(t) == i)
+    eos = ref[index]
+    engine = SpecEngine(target, drafts["same"], max_batch=2, max_len=256, k_max=K_MAX)
+    rid = engine.add(prompts[0], max_new_tokens=NEW_TOKENS, eos_token_id=eos)
+    other = engine.add(prompts[1], max_new_tokens=40)
+    finished, stats = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rid].token_ids == ref[: index + 1]
+    assert finished[rid].finish_reason == "eos"
+    assert finished[other].token_ids == expected[1][:40]
+    assert sum(s.committed for s in stats) == index + 1 + 40
+
+
+def test_max_len_boundary_clamps_k(target, drafts, prompts, reference):
+    budgets, expected = reference
+    prompt = prompts[2]
+    max_len = len(prompt) + 11
+    engine = SpecEngine(target, drafts["same"], max_batch=1, max_len=max_len, k_max=K_MAX)
+    rid = engine.add(prompt, max_new_tokens=500)
+    finished, stats = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rid].token_ids == expected[2][:11]
+    assert finished[rid].finish_reason == "length"
+    # 11 tokens at K=4 with everything accepted: 5 + 5 + 1, the last step clamped to K=0.
+    assert [s.committed for s in stats] == [5, 5, 1]
+    assert [s.drafted for s in stats] == [4, 4, 0]
+
+
+def test_no_placeholder_ids_reach_models_or_outputs(target, drafts, prompts):
+    seen: list[torch.Tensor] = []
+
+    def record(module, args, kwargs):
+        seen.append(kwargs["input_ids"].clone())
+
+    draft = drafts["same"]
+    hook = target.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        k = 3
+        budgets = [1 + 10 * (k + 1)] * 6
+        outs, _ = _serve(target, draft, prompts[:6], budgets, lambda s: k, max_batch=4,
+                         stagger=True)
+    finally:
+        hook.remove()
+    # Every draft token is accepted here (same model), so every id a model ever saw is a prompt
+    # or output token: no pad, filler or placeholder id from anywhere else.
+    real = {t for p in prompts[:6] for t in p} | {t for o in outs for t in o.token_ids}
+    fed = {int(t) for ids in seen for t in ids.flatten()}
+    assert fed <= real
+    assert all(0 <= t < VOCAB for o in outs for t in o.token_ids)
+
+
+def test_k0_does_not_run_the_draft_and_it_catches_up(target, drafts, prompts):
+    calls = []
+    draft = drafts["noisy"]
+    hook = draft.register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        budgets = [120] * 8
+        paused, paused_stats = _serve(target, draft, prompts[:8], budgets,
+                                      lambda s: 0 if s < 30 else 3, max_batch=8)
+    finally:
+        hook.remove()
+    assert calls, "the draft never ran after speculation resumed"
+    k0_steps = [s for s in paused_stats if s.k == 0]
+    assert len(k0_steps) == 30
+    first_resumed = next(s for s in paused_stats if s.k > 0)
+    assert first_resumed.catchup_tokens > 0
+
+    steady, steady_stats = _serve(target, draft, prompts[:8], budgets, lambda s: 3, max_batch=8)
+    resumed = [s for s in paused_stats if s.k > 0]
+    rate_resumed = sum(s.accepted for s in resumed) / sum(s.drafted for s in resumed)
+    rate_steady = sum(s.accepted for s in steady_stats) / sum(s.drafted for s in steady_stats)
+    assert 0.2 < rate_steady < 0.95, "the noisy draft should agree often, not always"
+    assert abs(rate_resumed - rate_steady) < 0.1
+    assert [o.token_ids for o in paused] == [o.token_ids for o in steady]
+
+
+def test_draft_never_runs_at_k0(target, drafts, prompts):
+    calls = []
+    draft = drafts["noisy"]
+    hook = draft.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        _serve(target, draft, prompts[:4], [30] * 4, lambda s: 0, max_batch=4)
+    finally:
+        hook.remove()
+    assert calls == []
+
+
+def test_sampling_is_seeded_and_independent_of_batch_mates(target, drafts, prompts):
+    def sample(batch_prompts, k, seeds):
+        engine = SpecEngine(target, drafts["noisy"], max_batch=8, max_len=256, k_max=K_MAX)
+        ids = [engine.add(p, max_new_tokens=60, temperature=0.9, top_p=0.95, seed=s)
+               for p, s in zip(batch_prompts, seeds)]
+        finished, _ = run_to_completion(engine, lambda s: k)
+        return [finished[i].token_ids for i in ids]
+
+    alone = sample(prompts[:1], 3, [11])[0]
+    assert sample(prompts[:1], 3, [11])[0] == alone
+    crowded = sample(prompts[:6], 3, [11, 1, 2, 3, 4, 5])[0]
+    assert crowded == alone
+    assert sample(prompts[:1], 3, [12])[0] != alone
+
+
+def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, prompts, reference):
+    budgets, expected = reference
+    engine = SpecEngine(target, drafts["noisy"], max_batch=2, max_len=64, k_max=K_MAX,
+                        max_waiting=3)
+    kept = engine.add(prompts[0], max_new_tokens=20)
+    cases = [
+        (lambda: engine.add(list(range(1, 65)), max_new_tokens=5), "max_len"),
+        (lambda: engine.add([], max_new_tokens=5), "empty"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, temperature=float("nan")), "temperature"),
+        (lambda: engine.add([1, 2], max_new_tokens=0), "max_new_tokens"),
+        (lambda: engine.add([1, VOCAB], max_new_tokens=5), "vocabulary"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, top_p=0.0), "top_p"),
+        (lambda: engine.step(K_MAX + 1), "k_max"),
+        (lambda: engine.step(-1), "k must be"),
+    ]
+    for call, word in cases:
+        with pytest.raises(InvalidRequestError, match=word):
+            call()
+    engine.add(prompts[1], max_new_tokens=20)
+    engine.add(prompts[2], max_new_tokens=20)
+    with pytest.raises(InvalidRequestError, match="queue is full"):
+        engine.add(prompts[3], max_new_tokens=20)
+    finished, _ = run_to_completion(engine, lambda s: 2)
+    assert len(finished) == 3
+    assert finished[kept].token_ids == expected[0][:20]
+
+
+def test_target_only_engine_refuses_k_above_zero(target, prompts, reference):
+    budgets, expected = reference
+    engine = SpecEngine(target, None, max_batch=2, max_len=256, k_max=K_MAX)
+    rid = engine.add(prompts[0], max_new_tokens=16)
+    with pytest.raises(InvalidRequestError, match="draft"):
+        engine.step(1)
+    finished, _ = run_to_completion(engine, lambda s: 0)
+    assert finished[rid].token_ids == expected[0][:16]
+
+
+def test_vocabulary_mismatch_is_refused(target):
+    with pytest.raises(InvalidRequestError, match=r"draft vocabulary \(50\).*\(97\)"):
+        SpecEngine(target, tiny_llama(3, vocab=50), max_batch=1, max_len=32, k_max=2)
