@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specrl.engine.kv import SlotKVCache
-from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block
+from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block, verify_greedy
 from specrl.engine.stats import Finished, StepStats
 from specrl.errors import InvalidRequestError
 
@@ -216,11 +216,13 @@ class SpecEngine:
                  for r in rows]
         uniforms = [self._row_uniforms(r, ke) for r, ke in zip(rows, k_eff)]
         k_eff_t = torch.tensor(k_eff, device=self.device)
+        # All-greedy batches (the common serving case) skip building distributions entirely.
+        greedy = all(u is None for u in uniforms)
         temps = torch.tensor([r.temperature for r in rows], device=self.device)
         top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
 
         if k > 0:
-            draft_tokens, draft_probs, catchup = self._propose(k, uniforms, temps, top_ps)
+            draft_tokens, draft_probs, catchup = self._propose(k, uniforms, temps, top_ps, greedy)
             stats.catchup_tokens = catchup
         else:
             draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
@@ -233,15 +235,17 @@ class SpecEngine:
         starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
         logits = self._forward(self.target, self._target_cache, verify_ids, starts,
                                n_real=torch.full_like(starts, k + 1))
-        target_probs = token_probs(logits, temps, top_ps)
-        accept_u = torch.zeros(len(rows), k)
-        final_u = torch.zeros(len(rows))
-        for b, (ke, u) in enumerate(zip(k_eff, uniforms)):
-            if u is not None:
-                accept_u[b, :ke] = u[ke:2 * ke]
-                final_u[b] = u[2 * ke]
-        result = verify_block(draft_tokens, draft_probs, target_probs, k_eff_t,
-                              accept_u.to(self.device), final_u.to(self.device))
+        if greedy:
+            result = verify_greedy(draft_tokens, logits, k_eff_t)
+        else:
+            accept_u = torch.zeros(len(rows), k)
+            final_u = torch.zeros(len(rows))
+            for b, (ke, u) in enumerate(zip(k_eff, uniforms)):
+                if u is not None:
+                    accept_u[b, :ke] = u[ke:2 * ke]
+                    final_u[b] = u[2 * ke]
+            result = verify_block(draft_tokens, draft_probs, token_probs(logits, temps, top_ps),
+                                  k_eff_t, accept_u.to(self.device), final_u.to(self.device))
         t_verified = self._now()
         stats.verify_time = t_verified - t_drafted
 
@@ -343,8 +347,9 @@ class SpecEngine:
                           rows=slice(first, first + len(new)), logits_to_keep=1)
         return len(new), prefill_tokens
 
-    def _propose(self, k, uniforms, temps, top_ps):
-        """Draft k tokens per row. Returns tokens [B, k], their q [B, k, V], catch-up tokens."""
+    def _propose(self, k, uniforms, temps, top_ps, greedy):
+        """Draft k tokens per row: tokens [B, k], the q they were sampled from [B, k, V] (None
+        for an all-greedy batch, which takes the argmax), and the catch-up token count."""
         rows = self._running
         catchup = self._catch_up()
         # Each row now has one or two unread tokens (two after a fully accepted block).
@@ -364,14 +369,17 @@ class SpecEngine:
         seq_lens = torch.tensor([r.seq_len for r in rows], device=self.device)
         tokens, probs = [], []
         for j in range(k):
-            q = token_probs(last, temps, top_ps)  # [B, V]
-            token = sample_inverse_cdf(q, draft_u[:, j])
+            if greedy:
+                token = last.argmax(-1)
+            else:
+                q = token_probs(last, temps, top_ps)  # [B, V]
+                token = sample_inverse_cdf(q, draft_u[:, j])
+                probs.append(q)
             tokens.append(token)
-            probs.append(q)
             if j < k - 1:
                 last = self._forward(self.draft, self._draft_cache, token.unsqueeze(1),
                                      seq_lens + j, n_real=torch.ones_like(seq_lens))[:, -1]
-        return torch.stack(tokens, 1), torch.stack(probs, 1), catchup
+        return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, catchup
 
     def _catch_up(self) -> int:
         """Feed the draft the committed tokens it missed, leaving one unread token per row."""

@@ -107,3 +107,22 @@ def verify_block(
         p_next = torch.where(rejected.unsqueeze(-1), residual, p_next)
     next_token = sample_inverse_cdf(p_next, final_uniforms)
     return VerifyResult(accepted=accepted, accept_mask=accept_mask, next_token=next_token)
+
+
+def verify_greedy(
+    draft_tokens: torch.Tensor,  # [B, K] long
+    target_logits: torch.Tensor,  # [B, K+1, V]
+    k_eff: torch.Tensor,  # [B] long
+) -> VerifyResult:
+    """Exact-match verification for a batch of greedy rows, without building distributions.
+
+    Equal to :func:`verify_block` on one-hot distributions: a draft token is accepted iff it is
+    the target's argmax; the next token is the target's argmax after the accepted prefix.
+    """
+    batch, k = draft_tokens.shape
+    choice = target_logits.argmax(-1)  # [B, K+1]
+    allowed = torch.arange(k, device=choice.device).unsqueeze(0) < k_eff.unsqueeze(1)
+    accept_mask = ((draft_tokens == choice[:, :k]) & allowed).long().cumprod(dim=1).bool()
+    accepted = accept_mask.sum(dim=1)
+    rows = torch.arange(batch, device=choice.device)
+    return VerifyResult(accepted=accepted, accept_mask=accept_mask, next_token=choice[rows, accepted])
