@@ -15,6 +15,8 @@ from specrl.errors import SpecrlError
 
 COMMAND_MODULES = [
     "specrl.models.cli",
+    "specrl.demo",
+    "specrl.bench.cli",
     "specrl.workload.cli",
     "specrl.profile.cli",
     "specrl.envs.cli",

@@ -1,0 +1,1 @@
+"""Benchmarks: they measure and print ratios side by side; tests never assert on time."""

@@ -1,0 +1,64 @@
+"""``specrl bench ...`` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("bench", help="benchmarks that print measured ratios")
+    bench = parser.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    engine = bench.add_parser(
+        "engine",
+        help="SpecEngine vs HF generate and assisted generation, tokens/s by batch and K",
+        description="Greedy decoding of held-out code prompts on the default pair. Prints K=0 "
+        "vs HF generate, the cost of a loaded-but-idle draft, tokens/s per K relative to K=0, "
+        "and the batch-1 best K vs HF assisted generation.",
+    )
+    engine.add_argument("--preset", default="small", choices=["micro", "small"],
+                        help="built-in pair to benchmark (default: small)")
+    engine.add_argument("--target", help="target model id or directory (with --draft)")
+    engine.add_argument("--draft", help="draft model id or directory (with --target)")
+    engine.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    engine.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16, 64])
+    engine.add_argument("--k-max", type=int, default=4)
+    engine.add_argument("--prompt-len", type=int, default=128)
+    engine.add_argument("--new-tokens", type=int, default=64)
+    engine.add_argument("--repeats", type=int, default=3)
+    engine.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    engine.set_defaults(func=_engine)
+
+
+def _engine(args: argparse.Namespace) -> int:
+    import torch
+
+    from specrl.bench.engine import format_report, run_engine_benchmark, write_json
+    from specrl.errors import SpecrlError
+    from specrl.models import load_default_pair, load_pair
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if bool(args.target) != bool(args.draft):
+        raise SpecrlError("--target and --draft go together; give both or neither")
+    if args.target:
+        pair = load_pair(args.target, args.draft, device=device)
+    else:
+        pair = load_default_pair(args.preset, device=device)
+    result = run_engine_benchmark(
+        pair, batch_sizes=args.batch_sizes, k_max=args.k_max, prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens, repeats=args.repeats,
+    )
+    print(format_report(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    return 0

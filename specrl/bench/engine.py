@@ -1,0 +1,174 @@
+"""``specrl bench engine``: SpecEngine against transformers' own generation, side by side.
+
+All figures come from one run on one machine, with the configurations interleaved and each
+repeated; the reported tokens/s is the median over repeats (after one untimed warm-up), so
+ratios compare runs that saw the same background load.
+
+1. ``k0_vs_hf_generate``: SpecEngine at K=0 over ``generate(do_sample=False)`` of the target.
+2. ``k0_draft_overhead``: an engine with no draft over one at K=0 with the draft loaded.
+3. ``tokens_per_s``: SpecEngine tokens/s for every K, per batch size.
+4. ``b1_best_k_vs_hf_assisted``: at batch 1, SpecEngine at its best K over
+   ``generate(assistant_model=draft)`` (transformers' assisted generation, default schedule).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass
+class EngineBenchmark:
+    batch_sizes: list[int]
+    k_max: int
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+    tokens_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``tokens_per_s[str(batch)][str(k)]``; K as a string for JSON."""
+    hf_generate_tokens_per_s: dict[str, float] = field(default_factory=dict)
+    no_draft_tokens_per_s: dict[str, float] = field(default_factory=dict)
+    hf_assisted_b1_tokens_per_s: float = 0.0
+    k0_vs_hf_generate: dict[str, float] = field(default_factory=dict)
+    k0_draft_overhead: dict[str, float] = field(default_factory=dict)
+    k_vs_k0: dict[str, dict[str, float]] = field(default_factory=dict)
+    b1_best_k: int = 0
+    b1_best_k_vs_hf_assisted: float = 0.0
+
+
+def code_prompts(tokenizer, n: int, length: int) -> list[list[int]]:
+    """``n`` equal-length prompts cut from the held-out code stream (no padding needed)."""
+    from specrl.workload.prompts import token_streams
+
+    stream = token_streams(tokenizer, domains=("code",))["code"]
+    stride = max(length, (len(stream) - length) // max(n, 1))
+    return [stream[i * stride: i * stride + length] for i in range(n)]
+
+
+def _engine_rate(pair, prompts, new_tokens, k, k_max, *, with_draft=True) -> float:
+    from specrl.engine import SpecEngine
+
+    engine = SpecEngine(pair.target, pair.draft if with_draft else None, max_batch=len(prompts),
+                        max_len=len(prompts[0]) + new_tokens + 1, k_max=k_max)
+    for p in prompts:
+        engine.add(p, max_new_tokens=new_tokens)
+    committed, elapsed = 0, 0.0
+    while engine.has_work:
+        stats = engine.step(k)
+        committed += stats.committed
+        elapsed += stats.total_time
+    return committed / elapsed
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.inference_mode()
+def _hf_rate(pair, prompts, new_tokens, *, assisted: bool = False) -> float:
+    model = pair.target
+    ids = torch.tensor(prompts, device=model.device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                  attention_mask=torch.ones_like(ids), pad_token_id=pair.tokenizer.eos_token_id,
+                  eos_token_id=None)
+    if assisted:
+        kwargs["assistant_model"] = pair.draft
+    _sync(model.device)
+    start = time.perf_counter()
+    out = model.generate(ids, **kwargs)
+    _sync(model.device)
+    elapsed = time.perf_counter() - start
+    return (out.shape[1] - ids.shape[1]) * ids.shape[0] / elapsed
+
+
+def run_engine_benchmark(
+    pair,
+    *,
+    batch_sizes=(1, 4, 16, 64),
+    k_max: int = 4,
+    prompt_len: int = 128,
+    new_tokens: int = 64,
+    repeats: int = 3,
+    progress: bool = True,
+) -> EngineBenchmark:
+    result = EngineBenchmark(list(batch_sizes), k_max, prompt_len, new_tokens, repeats)
+    prompts = code_prompts(pair.tokenizer, max(batch_sizes), prompt_len)
+    jobs = []
+    for batch in batch_sizes:
+        rows = prompts[:batch]
+        jobs.append((batch, "hf", lambda rows=rows: _hf_rate(pair, rows, new_tokens)))
+        jobs.append((batch, "nodraft", lambda rows=rows: _engine_rate(
+            pair, rows, new_tokens, 0, k_max, with_draft=False)))
+        for k in range(k_max + 1):
+            jobs.append((batch, k, lambda rows=rows, k=k: _engine_rate(
+                pair, rows, new_tokens, k, k_max)))
+    jobs.append((1, "assisted", lambda: _hf_rate(pair, prompts[:1], new_tokens, assisted=True)))
+
+    samples: dict[tuple, list[float]] = {}
+    bar = tqdm(total=len(jobs) * (repeats + 1), desc="bench engine", disable=not progress)
+    for rep in range(repeats + 1):  # repeat 0 is the warm-up
+        for batch, name, run in jobs:
+            rate = run()
+            if rep:
+                samples.setdefault((batch, name), []).append(rate)
+            bar.update()
+    bar.close()
+    median = {key: statistics.median(v) for key, v in samples.items()}
+
+    for batch in batch_sizes:
+        b = str(batch)
+        per_k = {str(k): median[(batch, k)] for k in range(k_max + 1)}
+        result.tokens_per_s[b] = per_k
+        result.hf_generate_tokens_per_s[b] = median[(batch, "hf")]
+        result.no_draft_tokens_per_s[b] = median[(batch, "nodraft")]
+        result.k0_vs_hf_generate[b] = per_k["0"] / median[(batch, "hf")]
+        result.k0_draft_overhead[b] = median[(batch, "nodraft")] / per_k["0"]
+        result.k_vs_k0[b] = {k: v / per_k["0"] for k, v in per_k.items()}
+    b1 = result.tokens_per_s[str(batch_sizes[0])] if 1 in batch_sizes else None
+    if b1 is not None:
+        best = max(b1, key=b1.get)
+        result.b1_best_k = int(best)
+        result.hf_assisted_b1_tokens_per_s = median[(1, "assisted")]
+        result.b1_best_k_vs_hf_assisted = b1[best] / median[(1, "assisted")]
+    return result
+
+
+def format_report(result: EngineBenchmark) -> str:
+    ks = [str(k) for k in range(result.k_max + 1)]
+    lines = [
+        f"prompt {result.prompt_len} tokens, {result.new_tokens} new tokens per row, greedy, "
+        f"median of {result.repeats} interleaved repeats",
+        "",
+        "batch  HF generate tok/s  engine K=0 tok/s  K=0 / HF  no-draft / K=0",
+    ]
+    for b in map(str, result.batch_sizes):
+        lines.append(
+            f"{b:>5}  {result.hf_generate_tokens_per_s[b]:>17.1f}  "
+            f"{result.tokens_per_s[b]['0']:>16.1f}  {result.k0_vs_hf_generate[b]:>8.3f}  "
+            f"{result.k0_draft_overhead[b]:>14.3f}"
+        )
+    lines += ["", "tokens/s relative to K=0 (engine):",
+              "batch  " + "  ".join(f"K={k:<4}" for k in ks)]
+    for b in map(str, result.batch_sizes):
+        lines.append(f"{b:>5}  " + "  ".join(f"{result.k_vs_k0[b][k]:<6.3f}" for k in ks))
+    if result.hf_assisted_b1_tokens_per_s:
+        lines += [
+            "",
+            f"batch 1: engine at best K={result.b1_best_k} "
+            f"{result.tokens_per_s['1'][str(result.b1_best_k)]:.1f} tok/s vs HF assisted "
+            f"generation {result.hf_assisted_b1_tokens_per_s:.1f} tok/s: "
+            f"{result.b1_best_k_vs_hf_assisted:.3f}x",
+        ]
+    return "\n".join(lines)
+
+
+def write_json(result: EngineBenchmark, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(asdict(result), f, indent=2)
+        f.write("\n")
