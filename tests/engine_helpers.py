@@ -2,11 +2,13 @@
 
 float64 keeps batch-shape numerics (verifying K+1 tokens at once versus one at a time) far
 below any argmax gap, so greedy equality tests check the algorithm, not rounding.
+``SPECRL_TEST_DEVICE=cuda`` runs the engine tests on a GPU (experiments/gpu_check.sh).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import random
 
 import torch
@@ -15,6 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specrl.engine import SpecEngine
 
 VOCAB = 97
+DEVICE = torch.device(os.environ.get("SPECRL_TEST_DEVICE", "cpu"))
 
 
 def tiny_llama(seed: int, *, layers: int = 2, hidden: int = 64, vocab: int = VOCAB):
@@ -24,7 +27,7 @@ def tiny_llama(seed: int, *, layers: int = 2, hidden: int = 64, vocab: int = VOC
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=1024, attn_implementation="sdpa",
     )
-    return LlamaForCausalLM(config).to(torch.float64).eval()
+    return LlamaForCausalLM(config).to(device=DEVICE, dtype=torch.float64).eval()
 
 
 def noisy_copy(model, seed: int, scale: float):
@@ -33,7 +36,7 @@ def noisy_copy(model, seed: int, scale: float):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * scale * p.std())
+            p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(DEVICE) * scale * p.std())
     return draft
 
 
@@ -45,7 +48,8 @@ def random_prompts(n: int, seed: int, *, lo: int = 1, hi: int = 24) -> list[list
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """The independent reference: transformers' own greedy generate, batch 1, no EOS."""
     out = model.generate(
-        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        torch.tensor([prompt], device=DEVICE),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=DEVICE),
         max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
         eos_token_id=None, pad_token_id=0,
     )
