@@ -222,8 +222,7 @@ class SpecEngine:
         top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
 
         if k > 0:
-            draft_tokens, draft_probs, catchup = self._propose(k, uniforms, temps, top_ps, greedy)
-            stats.catchup_tokens = catchup
+            draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, greedy, stats)
         else:
             draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
             draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
@@ -347,11 +346,13 @@ class SpecEngine:
                           rows=slice(first, first + len(new)), logits_to_keep=1)
         return len(new), prefill_tokens
 
-    def _propose(self, k, uniforms, temps, top_ps, greedy):
-        """Draft k tokens per row: tokens [B, k], the q they were sampled from [B, k, V] (None
-        for an all-greedy batch, which takes the argmax), and the catch-up token count."""
+    def _propose(self, k, uniforms, temps, top_ps, greedy, stats: StepStats):
+        """Draft k tokens per row: tokens [B, k] and the q they were sampled from [B, k, V]
+        (None for an all-greedy batch, which takes the argmax). Records the catch-up."""
         rows = self._running
-        catchup = self._catch_up()
+        t_start = self._now()
+        stats.catchup_tokens = self._catch_up()
+        stats.catchup_time = self._now() - t_start
         # Each row now has one or two unread tokens (two after a fully accepted block).
         seqs = [r.tokens[r.draft_len:] for r in rows]
         ids, lengths = self._ragged(seqs)
@@ -379,7 +380,7 @@ class SpecEngine:
             if j < k - 1:
                 last = self._forward(self.draft, self._draft_cache, token.unsqueeze(1),
                                      seq_lens + j, n_real=torch.ones_like(seq_lens))[:, -1]
-        return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, catchup
+        return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None
 
     def _catch_up(self) -> int:
         """Feed the draft the committed tokens it missed, leaving one unread token per row."""

@@ -39,6 +39,8 @@ class StepStats:
     prefill_time: float = 0.0
     draft_time: float = 0.0
     """Draft forwards, catch-up included."""
+    catchup_time: float = 0.0
+    """The part of ``draft_time`` spent reading ``catchup_tokens``."""
     verify_time: float = 0.0
     """The target forward over the last committed token plus the K draft tokens."""
     total_time: float = 0.0
