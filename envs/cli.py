@@ -53,9 +53,9 @@ def _fixed_policies(k_max: int, threshold: int, max_batch: int):
 
 
 def validate(args: argparse.Namespace) -> int:
-    from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, run_episode
+    from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
+    from specrl.envs.sim2real import compare, format_comparison
     from specrl.models.pair import load_default_pair
-    from specrl.policies import FixedK
     from specrl.profile import load_profile
     from specrl.workload import load_trace, preset_trace
 
@@ -72,22 +72,13 @@ def validate(args: argparse.Namespace) -> int:
         pair=pair, device=args.device, profile=profile, force_profile=args.force, **common
     )
     surrogate = SurrogateSpecEnv(profile=profile, **common)
-    run_episode(live, FixedK(k_max), seed=args.seed, max_steps=30)  # warm-up, discarded
+    policies = _fixed_policies(k_max, args.threshold, max_batch)
+    rows = compare(live, surrogate, policies, seed=args.seed, surrogate_seeds=args.surrogate_seeds)
     print(
         f"trace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} tokens; "
         f"profile {args.profile}"
     )
-    print("| policy | live tokens/s | surrogate tokens/s | surrogate / live |")
-    print("|---|---|---|---|")
-    for policy in _fixed_policies(k_max, args.threshold, max_batch):
-        real = run_episode(live, policy, seed=args.seed)
-        sims = [run_episode(surrogate, policy, seed=s) for s in range(args.surrogate_seeds)]
-        sim_rate = sum(r.tokens for r in sims) / sum(r.seconds for r in sims)
-        print(
-            f"| {policy.name} | {real.tokens_per_s:.0f} | {sim_rate:.0f} | "
-            f"{sim_rate / real.tokens_per_s:.2f} |",
-            flush=True,
-        )
+    print(format_comparison(rows))
     return 0
 
 

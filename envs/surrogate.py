@@ -55,15 +55,15 @@ class SurrogateSpecEnv(SpecEnvBase):
     ## Simulation
 
     Per step, the time is ``(table(B, K, max context) + prefill(padded prompt tokens) +
-    catchup(padded catch-up tokens)) * exp(sigma_B * z - sigma_B**2 / 2)``, ``z ~ N(0, 1)``,
-    where the tables are the profile's means, interpolated linearly in B and context (and
-    extended linearly past the measured grid), and ``sigma_B`` the measured spread; the noise
-    has mean 1 so sums of times stay unbiased. Each row drafts ``min(K, tokens left - 1)``
-    tokens and accepts draft token ``i`` with the profile's conditional rate for its domain
-    and position, stopping at the first rejection; it commits the accepted tokens plus one.
-    The draft's catch-up follows the engine: a row falls behind by one token per K=0 step and
-    by its prompt on admission, and is caught up at the next K>0 step. All randomness comes
-    from ``self.np_random``: a seed and the actions fix the trajectory.
+    catchup(padded catch-up tokens)) * exp(sigma_B * z)``, ``z ~ N(0, 1)``: a lognormal
+    around the profile's medians, interpolated linearly in B and context (and extended
+    linearly past the measured grid), with the measured spread ``sigma_B``. Each row drafts
+    ``min(K, tokens left - 1)`` tokens and accepts draft token ``i`` with the profile's
+    conditional rate for its domain and position, stopping at the first rejection; it
+    commits the accepted tokens plus one. The draft's catch-up follows the engine: a row
+    falls behind by one token per K=0 step and by its prompt on admission, and is caught up
+    at the next K>0 step. All randomness comes from ``self.np_random``: a seed and the
+    actions fix the trajectory.
 
     ## Arguments
 
@@ -246,7 +246,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         left -= committed_rows
         sigma = self._sigma[n]
         seconds = (self._step_s[n][k][max_ctx // CONTEXT_BUCKET] + extra_s) * math.exp(
-            sigma * rng.standard_normal() - 0.5 * sigma * sigma
+            sigma * rng.standard_normal()
         )
         finished = 0
         if int(left.min()) == 0:

@@ -103,7 +103,7 @@ def test_token_streams_join_documents_with_eos():
     class Tok:
         eos_token_id = 0
 
-        def encode(self, text, add_special_tokens=False):
+        def encode(self, text, add_special_tokens=False, verbose=True):
             return [ord(ch) for ch in text]
 
     docs = {"code": ["ab", "c"], "prose": [], "hard": ["d"]}

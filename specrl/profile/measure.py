@@ -72,6 +72,7 @@ def _timing_cell(pair, streams, *, batch, context, k_max, reps, device, rng) -> 
                 "committed": s.committed,
                 "prefill_tokens": s.prefill_tokens,
                 "catchup_tokens": s.catchup_tokens,
+                "catchup": s.catchup_time,
                 "batch": s.batch_size,
             }
         )
@@ -122,14 +123,25 @@ def conditional_rates(accepted: Sequence[int], drafted: Sequence[int]) -> list[f
     return rates
 
 
-def _points(pairs: list[tuple[float, float]]) -> dict:
-    """Measured (tokens, seconds) averaged per token count, made non-decreasing."""
-    by_tokens = defaultdict(list)
-    for tokens, seconds in pairs:
-        by_tokens[float(tokens)].append(max(0.0, seconds))
-    xs = sorted(by_tokens)
-    ys = np.maximum.accumulate([float(np.mean(by_tokens[x])) for x in xs]).tolist()
-    return {"tokens": xs, "seconds": ys}
+def _linear_points(pairs: list[tuple[float, float]]) -> dict:
+    """A robust line through measured (tokens, seconds), evaluated at the measured token
+    counts: Theil-Sen slope (median of pairwise slopes), median intercept, both >= 0. One
+    slow outlier (a busy machine) cannot bend it."""
+    x = np.array([p[0] for p in pairs], dtype=np.float64)
+    y = np.array([p[1] for p in pairs], dtype=np.float64)
+    i, j = np.triu_indices(len(x), k=1)
+    apart = x[j] != x[i]
+    slope = float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart])) if apart.any() else 0.0
+    slope = max(0.0, slope)
+    intercept = max(0.0, float(np.median(y - slope * x)))
+    xs = np.unique(x)
+    return {"tokens": xs.tolist(), "seconds": (intercept + slope * xs).tolist()}
+
+
+def _log_spread(logs: list[float]) -> float:
+    """Robust standard deviation of log-ratios: 1.4826 * median absolute deviation."""
+    logs = np.asarray(logs)
+    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
 
 
 def measure_profile(
@@ -219,26 +231,24 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
             ctx_seen[ci] += np.mean([s["context"] for s in decode]) / nb
             for k in range(nk):
                 at_k = [s for s in decode if s["k"] == k]
-                clean = [s for s in at_k if s["catchup_tokens"] == 0]
-                verify[bi, k, ci] = np.mean([s["verify"] for s in at_k])
-                draft[bi, k, ci] = np.mean([s["draft"] for s in clean]) if k else 0.0
+                verify[bi, k, ci] = np.median([s["verify"] for s in at_k])
+                if k:
+                    draft[bi, k, ci] = np.median([s["draft"] - s["catchup"] for s in at_k])
                 rest[k] += [s["total"] - s["draft"] - s["verify"] - s["prefill"] for s in at_k]
                 if ci == 0:
-                    tokens_per_s[bi, k] = sum(s["committed"] for s in clean) / sum(
-                        s["total"] for s in clean
-                    )
-            for s in decode:
-                if s["k"] and s["catchup_tokens"]:
-                    catchup.append((s["catchup_tokens"], s["draft"] - draft[bi, s["k"], ci]))
+                    committed = np.mean([s["committed"] for s in at_k])
+                    seconds = np.median([s["total"] - s["catchup"] for s in at_k])
+                    tokens_per_s[bi, k] = committed / seconds
+            catchup += [(s["catchup_tokens"], s["catchup"]) for s in decode if s["catchup_tokens"]]
         for k in range(nk):
-            overhead[bi, k] = max(0.0, float(np.mean(rest[k])))
+            overhead[bi, k] = max(0.0, float(np.median(rest[k])))
         logs = []
         for ci, c in enumerate(contexts):
             for s in samples[b, c][1:]:
                 if s["catchup_tokens"] == 0:
                     table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
                     logs.append(math.log(s["total"] / table))
-        sigma[bi] = float(np.std(logs))
+        sigma[bi] = _log_spread(logs)
     if np.any(np.diff(ctx_seen) <= 0):
         raise SpecrlError(
             f"measured contexts {ctx_seen.tolist()} do not increase; space the "
@@ -257,8 +267,8 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         draft_s=draft.tolist(),
         overhead_s=overhead.tolist(),
         time_log_sigma=sigma.tolist(),
-        prefill=_points(prefill),
-        catchup=_points(catchup),
+        prefill=_linear_points(prefill),
+        catchup=_linear_points(catchup),
         acceptance=acceptance,
         acceptance_counts=counts,
         tokens_per_s=tokens_per_s.tolist(),

@@ -5,19 +5,21 @@ measured and the measured tables. Grids: ``batch_sizes`` (B, starting at 1), ``c
 (the batch's longest row, tokens: attention runs over the padded batch, so the longest row
 sets the cost) and K = 0..``k_max``.
 
-Tables (seconds are means over the measured steps, device-synchronized):
+Tables (seconds are medians over the measured steps, device-synchronized; medians because
+one busy moment on a shared machine would drag a mean of three samples far off):
 
 * ``verify_s[b][k][c]``: the target forward over K+1 tokens per row.
 * ``draft_s[b][k][c]``: the draft's K proposals, without catch-up (0 for K=0).
 * ``overhead_s[b][k]``: the rest of a step (sampling, bookkeeping, retiring rows).
-* ``time_log_sigma[b]``: spread of a step's time around the table: standard deviation of
-  ``log(measured / table)`` over the steps at batch size ``b``.
-* ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``, measured points of
-  the target's prompt prefill and the draft's catch-up forward, by padded tokens.
+* ``time_log_sigma[b]``: spread of a step's time around the table: robust standard deviation
+  (1.4826 * MAD) of ``log(measured / table)`` over the steps at batch size ``b``.
+* ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``: the target's prompt
+  prefill and the draft's catch-up forward by padded tokens, a robust line (Theil-Sen)
+  through the measurements, evaluated at the measured token counts.
 * ``acceptance[domain][i]``: probability that draft token ``i`` (0-based) is accepted given
   tokens ``0..i-1`` were (greedy decoding), from ``acceptance_counts``.
-* ``tokens_per_s[b][k]``: measured committed tokens per second at ``contexts[0]``, prompts
-  from all domains (the profile table in the README).
+* ``tokens_per_s[b][k]``: measured mean committed tokens per step over the median step time
+  (catch-up excluded), at ``contexts[0]``, prompts from all domains (the README's table).
 """
 
 from __future__ import annotations

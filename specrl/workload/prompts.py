@@ -23,7 +23,7 @@ def token_streams(
     for domain in domains:
         ids: list[int] = []
         for text in get(domain):
-            ids.extend(tokenizer.encode(text, add_special_tokens=False))
+            ids.extend(tokenizer.encode(text, add_special_tokens=False, verbose=False))
             if eos is not None:
                 ids.append(eos)
         streams[domain] = ids
