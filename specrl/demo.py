@@ -54,10 +54,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _serve(pair, prompts, k, args) -> tuple[DemoResult, list[list[int]]]:
     from specrl.engine import SpecEngine
 
-    engine = SpecEngine(pair.target, pair.draft, max_batch=args.batch,
-                        max_len=args.prompt_len + args.new_tokens + 1, k_max=max(k, 1))
-    ids = [engine.add(p, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=i)
-           for i, p in enumerate(prompts)]
+    engine = SpecEngine(
+        pair.target,
+        pair.draft,
+        max_batch=args.batch,
+        max_len=args.prompt_len + args.new_tokens + 1,
+        k_max=max(k, 1),
+    )
+    ids = [
+        engine.add(p, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=i)
+        for i, p in enumerate(prompts)
+    ]
     result = DemoResult("", k, 0, 0, 0, 0, 0.0, 0.0)
     outputs = {}
     while engine.has_work:
@@ -80,19 +87,25 @@ def run(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     pair = load_default_pair(args.preset, device=device)
     streams = token_streams(pair.tokenizer)
-    print(f"pair: {pair.target_path} (target), {pair.draft_path} (draft); K={args.k}, "
-          f"batch {args.batch}, {args.new_tokens} new tokens, temperature {args.temperature}")
-    print(f"{'domain':<8} {'acceptance':>10} {'mean acc. len':>13} {'tok/s K=' + str(args.k):>11} "
-          f"{'tok/s K=0':>10} {'speedup':>8}")
+    print(
+        f"pair: {pair.target_path} (target), {pair.draft_path} (draft); K={args.k}, "
+        f"batch {args.batch}, {args.new_tokens} new tokens, temperature {args.temperature}"
+    )
+    print(
+        f"{'domain':<8} {'acceptance':>10} {'mean acc. len':>13} {'tok/s K=' + str(args.k):>11} "
+        f"{'tok/s K=0':>10} {'speedup':>8}"
+    )
     sample = None
     for domain, stream in streams.items():
         stride = max(args.prompt_len, len(stream) // (args.batch + 1))
-        prompts = [stream[i * stride: i * stride + args.prompt_len] for i in range(args.batch)]
+        prompts = [stream[i * stride : i * stride + args.prompt_len] for i in range(args.batch)]
         spec, outputs = _serve(pair, prompts, args.k, args)
         plain, _ = _serve(pair, prompts, 0, args)
-        print(f"{domain:<8} {spec.acceptance_rate:>10.3f} {spec.mean_accepted_length:>13.2f} "
-              f"{spec.tokens_per_s:>11.1f} {plain.tokens_per_s:>10.1f} "
-              f"{spec.tokens_per_s / plain.tokens_per_s:>7.2f}x")
+        print(
+            f"{domain:<8} {spec.acceptance_rate:>10.3f} {spec.mean_accepted_length:>13.2f} "
+            f"{spec.tokens_per_s:>11.1f} {plain.tokens_per_s:>10.1f} "
+            f"{spec.tokens_per_s / plain.tokens_per_s:>7.2f}x"
+        )
         if sample is None:
             sample = (prompts[0], outputs[0])
     prompt, output = sample

@@ -23,9 +23,14 @@ DEVICE = torch.device(os.environ.get("SPECRL_TEST_DEVICE", "cpu"))
 def tiny_llama(seed: int, *, layers: int = 2, hidden: int = 64, vocab: int = VOCAB):
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=1024, attn_implementation="sdpa",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        attn_implementation="sdpa",
     )
     return LlamaForCausalLM(config).to(device=DEVICE, dtype=torch.float64).eval()
 
@@ -50,10 +55,13 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     out = model.generate(
         torch.tensor([prompt], device=DEVICE),
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=DEVICE),
-        max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
-        eos_token_id=None, pad_token_id=0,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
     )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def run_to_completion(engine: SpecEngine, k_schedule, *, arrivals=None, max_steps=100_000):

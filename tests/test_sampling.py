@@ -26,8 +26,14 @@ def _committed_tokens(p, q, *, force_accept: bool, seed: int = 0):
     accept_u = torch.rand(SAMPLES, k, generator=gen)
     if force_accept:
         accept_u = torch.zeros_like(accept_u)
-    result = verify_block(draft, q_rows, p_rows, torch.full((SAMPLES,), k),
-                          accept_u, torch.rand(SAMPLES, generator=gen))
+    result = verify_block(
+        draft,
+        q_rows,
+        p_rows,
+        torch.full((SAMPLES,), k),
+        accept_u,
+        torch.rand(SAMPLES, generator=gen),
+    )
     first = torch.where(result.accepted >= 1, draft[:, 0], result.next_token)
     return first, result
 
@@ -76,9 +82,14 @@ def test_greedy_rows_and_identical_distributions_give_no_nan():
     p, _ = _distributions(1)
     gen = torch.Generator().manual_seed(0)
     draft = sample_inverse_cdf(p.expand(SAMPLES, VOCAB), torch.rand(SAMPLES, generator=gen))
-    result = verify_block(draft.unsqueeze(1), p.expand(SAMPLES, 1, VOCAB),
-                          p.expand(SAMPLES, 2, VOCAB), torch.ones(SAMPLES, dtype=torch.long),
-                          torch.ones(SAMPLES, 1), torch.rand(SAMPLES, generator=gen))
+    result = verify_block(
+        draft.unsqueeze(1),
+        p.expand(SAMPLES, 1, VOCAB),
+        p.expand(SAMPLES, 2, VOCAB),
+        torch.ones(SAMPLES, dtype=torch.long),
+        torch.ones(SAMPLES, 1),
+        torch.rand(SAMPLES, generator=gen),
+    )
     assert bool((result.accepted == 0).all())
     assert _tv(result.next_token, p) < 0.01
 

@@ -9,7 +9,9 @@ def _ints(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
@@ -25,8 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "vs HF generate, the cost of a loaded-but-idle draft, tokens/s per K relative to K=0, "
         "and the batch-1 best K vs HF assisted generation.",
     )
-    engine.add_argument("--preset", default="small", choices=["micro", "small"],
-                        help="built-in pair to benchmark (default: small)")
+    engine.add_argument(
+        "--preset",
+        default="small",
+        choices=["micro", "small"],
+        help="built-in pair to benchmark (default: small)",
+    )
     engine.add_argument("--target", help="target model id or directory (with --draft)")
     engine.add_argument("--draft", help="draft model id or directory (with --target)")
     engine.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -54,8 +60,12 @@ def _engine(args: argparse.Namespace) -> int:
     else:
         pair = load_default_pair(args.preset, device=device)
     result = run_engine_benchmark(
-        pair, batch_sizes=args.batch_sizes, k_max=args.k_max, prompt_len=args.prompt_len,
-        new_tokens=args.new_tokens, repeats=args.repeats,
+        pair,
+        batch_sizes=args.batch_sizes,
+        k_max=args.k_max,
+        prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
     )
     print(format_report(result))
     if args.json:

@@ -47,14 +47,19 @@ def code_prompts(tokenizer, n: int, length: int) -> list[list[int]]:
 
     stream = token_streams(tokenizer, domains=("code",))["code"]
     stride = max(length, (len(stream) - length) // max(n, 1))
-    return [stream[i * stride: i * stride + length] for i in range(n)]
+    return [stream[i * stride : i * stride + length] for i in range(n)]
 
 
 def _engine_rate(pair, prompts, new_tokens, k, k_max, *, with_draft=True) -> float:
     from specrl.engine import SpecEngine
 
-    engine = SpecEngine(pair.target, pair.draft if with_draft else None, max_batch=len(prompts),
-                        max_len=len(prompts[0]) + new_tokens + 1, k_max=k_max)
+    engine = SpecEngine(
+        pair.target,
+        pair.draft if with_draft else None,
+        max_batch=len(prompts),
+        max_len=len(prompts[0]) + new_tokens + 1,
+        k_max=k_max,
+    )
     for p in prompts:
         engine.add(p, max_new_tokens=new_tokens)
     committed, elapsed = 0, 0.0
@@ -74,9 +79,14 @@ def _sync(device) -> None:
 def _hf_rate(pair, prompts, new_tokens, *, assisted: bool = False) -> float:
     model = pair.target
     ids = torch.tensor(prompts, device=model.device)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                  attention_mask=torch.ones_like(ids), pad_token_id=pair.tokenizer.eos_token_id,
-                  eos_token_id=None)
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        attention_mask=torch.ones_like(ids),
+        pad_token_id=pair.tokenizer.eos_token_id,
+        eos_token_id=None,
+    )
     if assisted:
         kwargs["assistant_model"] = pair.draft
     _sync(model.device)
@@ -103,11 +113,17 @@ def run_engine_benchmark(
     for batch in batch_sizes:
         rows = prompts[:batch]
         jobs.append((batch, "hf", lambda rows=rows: _hf_rate(pair, rows, new_tokens)))
-        jobs.append((batch, "nodraft", lambda rows=rows: _engine_rate(
-            pair, rows, new_tokens, 0, k_max, with_draft=False)))
+        jobs.append(
+            (
+                batch,
+                "nodraft",
+                lambda rows=rows: _engine_rate(pair, rows, new_tokens, 0, k_max, with_draft=False),
+            )
+        )
         for k in range(k_max + 1):
-            jobs.append((batch, k, lambda rows=rows, k=k: _engine_rate(
-                pair, rows, new_tokens, k, k_max)))
+            jobs.append(
+                (batch, k, lambda rows=rows, k=k: _engine_rate(pair, rows, new_tokens, k, k_max))
+            )
     jobs.append((1, "assisted", lambda: _hf_rate(pair, prompts[:1], new_tokens, assisted=True)))
 
     samples: dict[tuple, list[float]] = {}
@@ -153,8 +169,11 @@ def format_report(result: EngineBenchmark) -> str:
             f"{result.tokens_per_s[b]['0']:>16.1f}  {result.k0_vs_hf_generate[b]:>8.3f}  "
             f"{result.k0_draft_overhead[b]:>14.3f}"
         )
-    lines += ["", "tokens/s relative to K=0 (engine):",
-              "batch  " + "  ".join(f"K={k:<4}" for k in ks)]
+    lines += [
+        "",
+        "tokens/s relative to K=0 (engine):",
+        "batch  " + "  ".join(f"K={k:<4}" for k in ks),
+    ]
     for b in map(str, result.batch_sizes):
         lines.append(f"{b:>5}  " + "  ".join(f"{result.k_vs_k0[b][k]:<6.3f}" for k in ks))
     if result.hf_assisted_b1_tokens_per_s:

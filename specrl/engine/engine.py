@@ -86,8 +86,12 @@ class SpecEngine:
         max_waiting: int = 4096,
         seed: int = 0,
     ):
-        for name, value, low in (("max_batch", max_batch, 1), ("max_len", max_len, 2),
-                                 ("k_max", k_max, 0), ("max_waiting", max_waiting, 0)):
+        for name, value, low in (
+            ("max_batch", max_batch, 1),
+            ("max_len", max_len, 2),
+            ("k_max", k_max, 0),
+            ("max_waiting", max_waiting, 0),
+        ):
             if not isinstance(value, int) or value < low:
                 raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
         self.device = torch.device(device) if device is not None else target.device
@@ -109,7 +113,10 @@ class SpecEngine:
                 f"({self.vocab_size}); use a draft trained with the target's tokenizer"
             )
         self.max_batch, self.max_len, self.k_max, self.max_waiting = (
-            max_batch, max_len, k_max, max_waiting,
+            max_batch,
+            max_len,
+            k_max,
+            max_waiting,
         )
         self._target_cache = self._new_cache(self.target)
         self._draft_cache = self._new_cache(self.draft) if self.draft is not None else None
@@ -121,8 +128,13 @@ class SpecEngine:
 
     def _new_cache(self, model) -> SlotKVCache:
         dtype = next(model.parameters()).dtype
-        return SlotKVCache(model.config, max_batch=self.max_batch, max_len=self.max_len,
-                           device=self.device, dtype=dtype)
+        return SlotKVCache(
+            model.config,
+            max_batch=self.max_batch,
+            max_len=self.max_len,
+            device=self.device,
+            dtype=dtype,
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -155,8 +167,14 @@ class SpecEngine:
         """
         prompt = self._check_prompt(prompt_ids)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise InvalidRequestError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+            raise InvalidRequestError(
+                f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}"
+            )
+        if (
+            not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or temperature < 0
+        ):
             raise InvalidRequestError(
                 f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}"
             )
@@ -179,9 +197,14 @@ class SpecEngine:
                 seed = int(torch.randint(0, 2**62, (1,), generator=self._seed_source))
             generator = torch.Generator().manual_seed(seed)
         request = _Request(
-            request_id=self._next_id, prompt=prompt, max_new_tokens=max_new_tokens,
-            temperature=float(temperature), top_p=float(top_p), eos_token_id=eos_token_id,
-            generator=generator, tokens=list(prompt),
+            request_id=self._next_id,
+            prompt=prompt,
+            max_new_tokens=max_new_tokens,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            eos_token_id=eos_token_id,
+            generator=generator,
+            tokens=list(prompt),
         )
         self._next_id += 1
         self._waiting.append(request)
@@ -198,13 +221,20 @@ class SpecEngine:
         if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.k_max:
             raise InvalidRequestError(f"k must be an integer in 0..{self.k_max} (k_max), got {k!r}")
         if k > 0 and self.draft is None:
-            raise InvalidRequestError("k > 0 needs a draft model; this engine was built without one")
+            raise InvalidRequestError(
+                "k > 0 needs a draft model; this engine was built without one"
+            )
         t_start = self._now()
         admitted, prefill_tokens = self._admit()
         t_prefilled = self._now()
         rows = self._running
-        stats = StepStats(batch_size=len(rows), k=k, admitted=admitted,
-                          prefill_tokens=prefill_tokens, prefill_time=t_prefilled - t_start)
+        stats = StepStats(
+            batch_size=len(rows),
+            k=k,
+            admitted=admitted,
+            prefill_tokens=prefill_tokens,
+            prefill_time=t_prefilled - t_start,
+        )
         if not rows:
             stats.total_time = self._now() - t_start
             return stats
@@ -212,8 +242,10 @@ class SpecEngine:
         stats.mean_context = sum(contexts) / len(contexts)
         stats.max_context = max(contexts)
 
-        k_eff = [max(0, min(k, r.max_new_tokens - r.generated - 1, self.max_len - r.seq_len - 1))
-                 for r in rows]
+        k_eff = [
+            max(0, min(k, r.max_new_tokens - r.generated - 1, self.max_len - r.seq_len - 1))
+            for r in rows
+        ]
         uniforms = [self._row_uniforms(r, ke) for r, ke in zip(rows, k_eff)]
         k_eff_t = torch.tensor(k_eff, device=self.device)
         # All-greedy batches (the common serving case) skip building distributions entirely.
@@ -232,8 +264,13 @@ class SpecEngine:
         pending = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)
         verify_ids = torch.cat([pending, draft_tokens], dim=1)  # [B, K+1]
         starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
-        logits = self._forward(self.target, self._target_cache, verify_ids, starts,
-                               n_real=torch.full_like(starts, k + 1))
+        logits = self._forward(
+            self.target,
+            self._target_cache,
+            verify_ids,
+            starts,
+            n_real=torch.full_like(starts, k + 1),
+        )
         if greedy:
             result = verify_greedy(draft_tokens, logits, k_eff_t)
         else:
@@ -241,18 +278,26 @@ class SpecEngine:
             final_u = torch.zeros(len(rows))
             for b, (ke, u) in enumerate(zip(k_eff, uniforms)):
                 if u is not None:
-                    accept_u[b, :ke] = u[ke:2 * ke]
+                    accept_u[b, :ke] = u[ke : 2 * ke]
                     final_u[b] = u[2 * ke]
-            result = verify_block(draft_tokens, draft_probs, token_probs(logits, temps, top_ps),
-                                  k_eff_t, accept_u.to(self.device), final_u.to(self.device))
+            result = verify_block(
+                draft_tokens,
+                draft_probs,
+                token_probs(logits, temps, top_ps),
+                k_eff_t,
+                accept_u.to(self.device),
+                final_u.to(self.device),
+            )
         t_verified = self._now()
         stats.verify_time = t_verified - t_drafted
 
         if k > 0:
             stats.accepted_per_position = result.accept_mask.sum(0).tolist()
             stats.drafted_per_position = (
-                torch.arange(k, device=self.device).unsqueeze(0) < k_eff_t.unsqueeze(1)
-            ).sum(0).tolist()
+                (torch.arange(k, device=self.device).unsqueeze(0) < k_eff_t.unsqueeze(1))
+                .sum(0)
+                .tolist()
+            )
             stats.drafted = sum(k_eff)
         stats.committed = self._commit(rows, k, k_eff, draft_tokens, result)
         stats.finished = self._retire()
@@ -271,7 +316,9 @@ class SpecEngine:
         try:
             prompt = [int(t) for t in prompt_ids]
         except (TypeError, ValueError) as err:
-            raise InvalidRequestError(f"prompt_ids must be a sequence of token ids: {err}") from None
+            raise InvalidRequestError(
+                f"prompt_ids must be a sequence of token ids: {err}"
+            ) from None
         if not prompt:
             raise InvalidRequestError("prompt_ids is empty; a request needs at least one token")
         if len(prompt) >= self.max_len:
@@ -318,14 +365,23 @@ class SpecEngine:
         rows = slice(0, input_ids.shape[0]) if rows is None else rows
         dtype = next(model.parameters()).dtype
         mask = cache.prepare(rows, positions, n_real, dtype)
-        out = model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                    cache=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        out = model(
+            input_ids=input_ids,
+            position_ids=positions,
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
         return out.logits
 
-    def _ragged(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-aligned token ids ``[B, P]``; short rows repeat their last real token as filler."""
+    def _ragged(
+        self, seqs: list[list[int]], rows: list[_Request]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-aligned token ids ``[B, P]``. Short rows are filled with a real token of their
+        own (the last one given, else the row's last committed one), never a pad id."""
         width = max(1, max(len(s) for s in seqs))
-        ids = [s + [s[-1] if s else 0] * (width - len(s)) for s in seqs]
+        ids = [s + [s[-1] if s else r.tokens[-1]] * (width - len(s)) for s, r in zip(seqs, rows)]
         lengths = torch.tensor([len(s) for s in seqs], device=self.device)
         return torch.tensor(ids, device=self.device), lengths
 
@@ -340,10 +396,16 @@ class SpecEngine:
         seqs = [r.prompt[:-1] for r in new]
         prefill_tokens = sum(len(s) for s in seqs)
         if prefill_tokens:
-            ids, lengths = self._ragged(seqs)
-            self._forward(self.target, self._target_cache, ids,
-                          starts=torch.zeros_like(lengths), n_real=lengths,
-                          rows=slice(first, first + len(new)), logits_to_keep=1)
+            ids, lengths = self._ragged(seqs, new)
+            self._forward(
+                self.target,
+                self._target_cache,
+                ids,
+                starts=torch.zeros_like(lengths),
+                n_real=lengths,
+                rows=slice(first, first + len(new)),
+                logits_to_keep=1,
+            )
         return len(new), prefill_tokens
 
     def _propose(self, k, uniforms, temps, top_ps, greedy, stats: StepStats):
@@ -354,8 +416,8 @@ class SpecEngine:
         stats.catchup_tokens = self._catch_up()
         stats.catchup_time = self._now() - t_start
         # Each row now has one or two unread tokens (two after a fully accepted block).
-        seqs = [r.tokens[r.draft_len:] for r in rows]
-        ids, lengths = self._ragged(seqs)
+        seqs = [r.tokens[r.draft_len :] for r in rows]
+        ids, lengths = self._ragged(seqs, rows)
         starts = torch.tensor([r.draft_len for r in rows], device=self.device)
         logits = self._forward(self.draft, self._draft_cache, ids, starts, n_real=lengths)
         last = logits[torch.arange(len(rows), device=self.device), lengths - 1]  # [B, V]
@@ -378,8 +440,13 @@ class SpecEngine:
                 probs.append(q)
             tokens.append(token)
             if j < k - 1:
-                last = self._forward(self.draft, self._draft_cache, token.unsqueeze(1),
-                                     seq_lens + j, n_real=torch.ones_like(seq_lens))[:, -1]
+                last = self._forward(
+                    self.draft,
+                    self._draft_cache,
+                    token.unsqueeze(1),
+                    seq_lens + j,
+                    n_real=torch.ones_like(seq_lens),
+                )[:, -1]
         return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None
 
     def _catch_up(self) -> int:
@@ -387,17 +454,19 @@ class SpecEngine:
         behind = [b for b, r in enumerate(self._running) if r.seq_len - r.draft_len > 2]
         if not behind:
             return 0
-        seqs = [self._running[b].tokens[self._running[b].draft_len:-1] for b in behind]
-        ids, lengths = self._ragged(seqs)
-        starts = torch.tensor([self._running[b].draft_len for b in behind], device=self.device)
+        lagging = [self._running[b] for b in behind]
+        seqs = [r.tokens[r.draft_len : -1] for r in lagging]
+        ids, lengths = self._ragged(seqs, lagging)
+        starts = torch.tensor([r.draft_len for r in lagging], device=self.device)
         if behind == list(range(behind[0], behind[-1] + 1)):
             slots = slice(behind[0], behind[-1] + 1)
         else:
             slots = torch.tensor(behind, device=self.device)
-        self._forward(self.draft, self._draft_cache, ids, starts, n_real=lengths, rows=slots,
-                      logits_to_keep=1)
-        for b in behind:
-            self._running[b].draft_len = self._running[b].seq_len - 1
+        self._forward(
+            self.draft, self._draft_cache, ids, starts, n_real=lengths, rows=slots, logits_to_keep=1
+        )
+        for r in lagging:
+            r.draft_len = r.seq_len - 1
         return int(lengths.sum())
 
     def _commit(self, rows, k, k_eff, draft_tokens, result) -> int:
@@ -434,11 +503,17 @@ class SpecEngine:
             return 0
         for b in done:
             r = rows[b]
-            self._finished.append(Finished(
-                request_id=r.request_id, token_ids=r.tokens[len(r.prompt):],
-                prompt_len=len(r.prompt), finish_reason=r.finish_reason, steps=r.steps,
-                drafted=r.drafted, accepted=r.accepted,
-            ))
+            self._finished.append(
+                Finished(
+                    request_id=r.request_id,
+                    token_ids=r.tokens[len(r.prompt) :],
+                    prompt_len=len(r.prompt),
+                    finish_reason=r.finish_reason,
+                    steps=r.steps,
+                    drafted=r.drafted,
+                    accepted=r.accepted,
+                )
+            )
         live = len(rows) - len(done)
         holes = [b for b in done if b < live]
         movers = [b for b in range(live, len(rows)) if rows[b].finish_reason is None]
@@ -450,4 +525,3 @@ class SpecEngine:
             rows[hole] = r
         del rows[live:]
         return len(done)
-

@@ -65,7 +65,9 @@ class SlotKVCache(Cache):
         cols = torch.arange(width, device=positions.device).unsqueeze(0)
         real = (cols < n_real.unsqueeze(1)) & (positions < self.max_len)
         self._write_pos = torch.where(real, positions, torch.full_like(positions, self.trash_slot))
-        self._row_index = torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)
+        self._row_index = (
+            torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)
+        )
         self._rows = rows
         self._kv_len = min(int(positions.max()) + 1, self.capacity)
         keys = torch.arange(self._kv_len, device=positions.device)

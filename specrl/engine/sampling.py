@@ -125,4 +125,6 @@ def verify_greedy(
     accept_mask = ((draft_tokens == choice[:, :k]) & allowed).long().cumprod(dim=1).bool()
     accepted = accept_mask.sum(dim=1)
     rows = torch.arange(batch, device=choice.device)
-    return VerifyResult(accepted=accepted, accept_mask=accept_mask, next_token=choice[rows, accepted])
+    return VerifyResult(
+        accepted=accepted, accept_mask=accept_mask, next_token=choice[rows, accepted]
+    )
