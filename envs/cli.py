@@ -18,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--force", action="store_true", help="accept a profile from elsewhere")
     val.add_argument("--preset", default="small", help="default pair to run live (small)")
     val.add_argument("--device", default="cpu")
+    val.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     val.add_argument("--trace", metavar="TRACE.json", help="default: the ramp preset")
     val.add_argument("--peak", type=int, default=32, help="ramp peak concurrency")
     val.add_argument("--n-requests", type=int, default=96)
@@ -59,6 +62,10 @@ def validate(args: argparse.Namespace) -> int:
     from specrl.profile import load_profile
     from specrl.workload import load_trace, preset_trace
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     profile = load_profile(args.profile)
     if args.trace:
         trace = load_trace(args.trace)

@@ -75,6 +75,7 @@ def _fingerprint(**changes) -> dict:
         "target_sha256": "t",
         "draft_sha256": "d",
         "k_max": 4,
+        "threads": 2,
     }
     return {**fp, **changes}
 
@@ -91,7 +92,9 @@ def test_check_compatible():
             check_compatible(prof, _fingerprint(**{key: "other"}), source="p.json")
         with pytest.warns(UserWarning, match="other hardware"):
             check_compatible(prof, _fingerprint(**{key: "other"}), force=True)
-    with pytest.warns(UserWarning, match="library versions differ"):
+    with pytest.warns(
+        UserWarning, match=r"torch differ from where it was measured \(1 vs here 9\)"
+    ):
         check_compatible(prof, _fingerprint(torch="9"))
     with pytest.raises(SpecrlError, match=r"k_max is 4 but the engine uses k_max=6"):
         check_compatible(prof, _fingerprint(k_max=6), force=True)

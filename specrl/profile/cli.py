@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--show", metavar="PROFILE.json", help="print a profile's table")
     parser.add_argument("--preset", default="small", help="default pair to measure (small)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     parser.add_argument("--k-max", type=int, default=4)
     parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument(
@@ -42,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from specrl.profile.measure import format_table
     from specrl.profile.schema import load_profile
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.show:
         profile = load_profile(args.show)
     else:

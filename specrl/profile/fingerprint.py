@@ -19,7 +19,7 @@ import transformers
 from specrl.errors import SpecrlError
 
 HARD_KEYS = ("device", "target_sha256", "draft_sha256")
-SOFT_KEYS = ("torch", "transformers")
+SOFT_KEYS = ("torch", "transformers", "threads")
 
 
 @cache
@@ -74,8 +74,8 @@ def check_compatible(profile, fingerprint: dict, *, force: bool = False, source:
     """Refuse ``profile`` for an engine with ``fingerprint`` unless they match.
 
     Device or weights differ: :class:`SpecrlError`, or a warning with ``force=True``.
-    Library versions differ: a warning. The engine's ``k_max`` beyond the profile's: always an
-    error (there is nothing measured to stand in for it).
+    Library versions or torch's thread count differ: a warning. The engine's ``k_max`` beyond
+    the profile's: always an error (there is nothing measured to stand in for it).
     """
     where = source or "profile"
     theirs = profile.fingerprint
@@ -99,6 +99,8 @@ def check_compatible(profile, fingerprint: dict, *, force: bool = False, source:
     soft = [k for k in SOFT_KEYS if theirs.get(k) != fingerprint.get(k)]
     if soft:
         warnings.warn(
-            f"{where}: library versions differ ({', '.join(soft)}); timings may have shifted",
+            f"{where}: {', '.join(soft)} differ from where it was measured "
+            f"({', '.join(f'{theirs.get(k)} vs here {fingerprint.get(k)}' for k in soft)}); "
+            "timings may have shifted",
             stacklevel=2,
         )

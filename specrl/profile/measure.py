@@ -1,10 +1,14 @@
 """Measure a hardware profile with the real engine (``specrl profile --out PROFILE.json``).
 
-Timing cells: for each context level and batch size, a fresh engine is filled with B prompts
-of equal length (rows rotate through the domains) and stepped through a fixed K sequence:
-admission (prefill), a K=k_max step (draft catches up on the prompts), then ``reps`` times
-``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three plain steps, a catch-up step after them, and
-one clean step per K. A warm-up cell runs first and is discarded.
+Timing cells: for each context level and batch size an engine is filled with B prompts of
+equal length (rows rotate through the domains); its first step is the admission (prefill),
+its second a K=k_max step in which the draft catches up on the prompts. Then ``reps`` rounds
+visit every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three
+plain steps, a catch-up step after them, one clean step per K. Interleaving the cells means a
+moment when the machine is busy spoils one sample of many cells, not all samples of one, and
+the medians absorb it. Tables are then made non-decreasing in context and in batch size (a
+step never gets cheaper with more work; what says otherwise is noise). A warm-up cell runs
+first and is discarded.
 
 Acceptance: per domain, a batch of prompts is decoded greedily at K=k_max to the end;
 per-position accepted / drafted counts give the conditional rates.
@@ -29,8 +33,8 @@ PLAIN_STEPS = 3
 """K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
 
 
-def _sequence(k_max: int, reps: int) -> list[int]:
-    return [k_max] + reps * ([0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1)))
+def _round(k_max: int) -> list[int]:
+    return [0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1))
 
 
 def _prompts(streams, n: int, length: int, rng: np.random.Generator, domains) -> list:
@@ -50,33 +54,40 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
     )
 
 
-def _timing_cell(pair, streams, *, batch, context, k_max, reps, device, rng) -> list[dict]:
-    seq = _sequence(k_max, reps)
-    new_tokens = 1 + sum(k + 1 for k in seq)
-    engine = _engine(
-        pair, max_batch=batch, max_len=context + new_tokens + k_max + 2, k_max=k_max, device=device
-    )
-    for _, prompt in _prompts(streams, batch, context, rng, DOMAINS):
-        engine.add(prompt, max_new_tokens=new_tokens)
-    samples = []
-    for k in [0] + seq:
-        s = engine.step(k)
-        samples.append(
-            {
-                "k": k,
-                "context": s.max_context,
-                "verify": s.verify_time,
-                "draft": s.draft_time,
-                "prefill": s.prefill_time,
-                "total": s.total_time,
-                "committed": s.committed,
-                "prefill_tokens": s.prefill_tokens,
-                "catchup_tokens": s.catchup_tokens,
-                "catchup": s.catchup_time,
-                "batch": s.batch_size,
-            }
+def _sample(s) -> dict:
+    return {
+        "k": s.k,
+        "context": s.max_context,
+        "verify": s.verify_time,
+        "draft": s.draft_time,
+        "prefill": s.prefill_time,
+        "total": s.total_time,
+        "committed": s.committed,
+        "catchup_tokens": s.catchup_tokens,
+        "catchup": s.catchup_time,
+    }
+
+
+class _Cell:
+    """One engine at one batch size and prompt length, stepped round by round."""
+
+    def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng):
+        self.new_tokens = 1 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
+        self.k_max = k_max
+        self.engine = _engine(
+            pair,
+            max_batch=batch,
+            max_len=context + self.new_tokens + k_max + 2,
+            k_max=k_max,
+            device=device,
         )
-    return samples
+        for _, prompt in _prompts(streams, batch, context, rng, DOMAINS):
+            self.engine.add(prompt, max_new_tokens=self.new_tokens)
+        self.admission = _sample(self.engine.step(0))
+        self.samples = [_sample(self.engine.step(k_max))]
+
+    def run_round(self) -> None:
+        self.samples += [_sample(self.engine.step(k)) for k in _round(self.k_max)]
 
 
 def _acceptance(
@@ -149,8 +160,8 @@ def measure_profile(
     *,
     k_max: int = 4,
     batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
-    contexts: Sequence[int] = (32, 224),
-    reps: int = 3,
+    contexts: Sequence[int] = (16, 128, 256),
+    reps: int = 5,
     streams: dict[str, list[int]] | None = None,
     device: str = "cpu",
     seed: int = 0,
@@ -175,17 +186,23 @@ def measure_profile(
         streams = token_streams(pair.tokenizer)
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
-    cells = [(b, c) for c in contexts for b in batch_sizes]
-    bar = tqdm(total=len(cells) + 2, desc="profile", disable=not progress)
-    kw = {"k_max": k_max, "reps": 1, "device": device, "rng": rng}
-    _timing_cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw)  # warm-up
+    keys = [(b, c) for c in contexts for b in batch_sizes]
+    bar = tqdm(total=len(keys) + reps + 2, desc="profile", disable=not progress)
+    kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng}
+    _Cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw).run_round()  # warm-up
     bar.update()
-    kw["reps"] = reps
-    samples = {}
-    for b, c in cells:
-        bar.set_postfix_str(f"B={b} ctx={c}")
-        samples[b, c] = _timing_cell(pair, streams, batch=b, context=c, **kw)
+    cells = {}
+    for b, c in keys:
+        bar.set_postfix_str(f"prefill B={b} ctx={c}")
+        cells[b, c] = _Cell(pair, streams, batch=b, context=c, **kw)
         bar.update()
+    for r in range(reps):
+        bar.set_postfix_str(f"round {r + 1}/{reps}")
+        for cell in cells.values():
+            cell.run_round()
+        bar.update()
+    samples = {key: [cell.admission, *cell.samples] for key, cell in cells.items()}
+    del cells
     bar.set_postfix_str("acceptance")
     counts = _acceptance(
         pair,
@@ -211,6 +228,21 @@ def measure_profile(
         "seed": seed,
     }
     return profile
+
+
+def _pava(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight]
+    for v in y:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2), (m1, w1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
+    return np.concatenate([np.full(int(w), m) for m, w in blocks])
+
+
+def _monotone(table: np.ndarray, axis: int) -> np.ndarray:
+    return np.apply_along_axis(_pava, axis, table)
 
 
 def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
@@ -249,6 +281,9 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
                     table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
                     logs.append(math.log(s["total"] / table))
         sigma[bi] = _log_spread(logs)
+    for table in (verify, draft):
+        for axis in (2, 0, 2):  # context, batch size, context again
+            table[:] = _monotone(table, axis=axis)
     if np.any(np.diff(ctx_seen) <= 0):
         raise SpecrlError(
             f"measured contexts {ctx_seen.tolist()} do not increase; space the "
