@@ -108,6 +108,7 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
         contexts=(8, 40),
         reps=1,
         acceptance_rows=2,
+        acceptance_tokens=12,
         progress=False,
     )
     prof.save(tmp_path / "p.json")

@@ -166,6 +166,7 @@ def measure_profile(
     device: str = "cpu",
     seed: int = 0,
     acceptance_rows: int = 16,
+    acceptance_tokens: int = 96,
     progress: bool = True,
     preset: str | None = None,
 ) -> Profile:
@@ -212,7 +213,7 @@ def measure_profile(
         rng=rng,
         rows=acceptance_rows,
         prompt_len=64,
-        new_tokens=96,
+        new_tokens=acceptance_tokens,
         domains=DOMAINS,
     )
     bar.update()
