@@ -33,10 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--contexts",
         type=_ints,
-        default=[32, 224],
+        default=[16, 128, 256],
         help="prompt lengths of the timing cells (tokens)",
     )
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per K and cell")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per K and cell")
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=run)
 
