@@ -49,8 +49,31 @@ def _points_table(points: dict, n: int) -> list[float]:
 class SurrogateSpecEnv(SpecEnvBase):
     """Speculative decoding with a per-step choice of K, simulated from a measured profile.
 
-    Everything the agent sees and is paid is defined as in :class:`LiveSpecEnv` (same action
-    space, observation table, reward, starting state and episode end); only the server differs.
+    Everything the agent sees and is paid is defined as in :class:`LiveSpecEnv`; only the
+    server differs.
+
+    ## Action Space
+
+    ``Discrete(k_max + 1)``: K for this step, 0 = speculation off.
+
+    ## Observation Space
+
+    ``Box(0, 1, (7,), float32)``: batch, queue, acceptance, staleness, step_time, context,
+    last_k; the table with meanings and scales is in :class:`LiveSpecEnv`.
+
+    ## Rewards
+
+    ``(committed - reference_tokens_per_s * step_seconds) / max_batch``; a complete episode's
+    return ranks policies as aggregate tokens/s does (see :class:`LiveSpecEnv`).
+
+    ## Starting State
+
+    A preset workload draws a new trace from ``np_random`` on every reset; a fixed trace (or
+    ``options={"trace": ...}``) is replayed as is.
+
+    ## Episode End
+
+    Terminated when every request of the trace has finished; no truncation of its own.
 
     ## Simulation
 
