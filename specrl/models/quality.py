@@ -25,7 +25,7 @@ def encode_windows(tokenizer, documents: list[str], window: int, max_windows: in
     """Non-overlapping ``window``-token slices of the documents, in order."""
     rows = []
     for text in documents:
-        ids = tokenizer(text)["input_ids"]
+        ids = tokenizer(text, verbose=False)["input_ids"]  # long docs are sliced below
         for start in range(0, len(ids) - window + 1, window):
             rows.append(ids[start : start + window])
             if len(rows) == max_windows:
