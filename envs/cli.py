@@ -33,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument(
         "--surrogate-seeds", type=int, default=20, help="surrogate episodes averaged per policy"
     )
+    val.add_argument(
+        "--live-repeats", type=int, default=2, help="live episodes per policy, taking turns"
+    )
     val.add_argument("--seed", type=int, default=0)
     val.set_defaults(func=validate)
 
@@ -80,7 +83,14 @@ def validate(args: argparse.Namespace) -> int:
     )
     surrogate = SurrogateSpecEnv(profile=profile, **common)
     policies = _fixed_policies(k_max, args.threshold, max_batch)
-    rows = compare(live, surrogate, policies, seed=args.seed, surrogate_seeds=args.surrogate_seeds)
+    rows = compare(
+        live,
+        surrogate,
+        policies,
+        seed=args.seed,
+        live_repeats=args.live_repeats,
+        surrogate_seeds=args.surrogate_seeds,
+    )
     print(
         f"trace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} tokens; "
         f"profile {args.profile}"

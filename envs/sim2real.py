@@ -20,20 +20,34 @@ class Comparison:
 
 
 def compare(
-    live, surrogate, policies, *, seed: int = 0, surrogate_seeds: int = 20, warmup_steps: int = 30
+    live,
+    surrogate,
+    policies,
+    *,
+    seed: int = 0,
+    live_repeats: int = 2,
+    surrogate_seeds: int = 20,
+    warmup_steps: int = 30,
 ) -> list[Comparison]:
-    """Run each policy once live and ``surrogate_seeds`` times in the surrogate (aggregate
-    tokens/s over all of them); both envs must hold the same fixed trace. A short live
+    """Aggregate tokens/s of each policy live (``live_repeats`` episodes, the policies taking
+    turns so a busy spell on the machine hits all of them alike) and in the surrogate
+    (``surrogate_seeds`` episodes); both envs must hold the same fixed trace. A short live
     warm-up runs first and is discarded (the first steps of a process are slow)."""
     if warmup_steps:
         run_episode(live, policies[-1], seed=seed, max_steps=warmup_steps)
+    live_runs: dict[str, list] = {p.name: [] for p in policies}
+    for _ in range(live_repeats):
+        for policy in policies:
+            live_runs[policy.name].append(run_episode(live, policy, seed=seed))
     rows = []
     for policy in policies:
-        real = run_episode(live, policy, seed=seed)
         sims = [run_episode(surrogate, policy, seed=s) for s in range(surrogate_seeds)]
-        sim_rate = sum(r.tokens for r in sims) / sum(r.seconds for r in sims)
-        rows.append(Comparison(policy.name, real.tokens_per_s, sim_rate))
+        rows.append(Comparison(policy.name, _aggregate(live_runs[policy.name]), _aggregate(sims)))
     return rows
+
+
+def _aggregate(results) -> float:
+    return sum(r.tokens for r in results) / sum(r.seconds for r in results)
 
 
 def format_comparison(rows: list[Comparison]) -> str:

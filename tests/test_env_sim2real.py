@@ -27,7 +27,7 @@ def test_compare_runs_each_policy_live_and_simulated(micro_pair):
     live = LiveSpecEnv(pair=micro_pair, profile=profile, **common)
     surrogate = SurrogateSpecEnv(profile=profile, **common)
     policies = [FixedK(0), FixedK(2), BatchThreshold(2, 1, 2)]
-    rows = compare(live, surrogate, policies, surrogate_seeds=3, warmup_steps=2)
+    rows = compare(live, surrogate, policies, live_repeats=1, surrogate_seeds=3, warmup_steps=2)
     assert [r.policy for r in rows] == ["off", "K=2", "K=2 if B<=1"]
     for r in rows:
         assert r.live_tokens_per_s > 0 and r.surrogate_tokens_per_s > 0

@@ -28,6 +28,7 @@ import numpy as np
 from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import pair_fingerprint
 from specrl.profile.schema import Profile
+from specrl.profile.synthetic import expected_tokens_per_row
 from specrl.workload.trace import DOMAINS
 
 PLAIN_STEPS = 3
@@ -256,7 +257,6 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
     draft = np.zeros((nb, nk, nc))
     overhead = np.zeros((nb, nk))
     sigma = np.zeros(nb)
-    tokens_per_s = np.zeros((nb, nk))
     ctx_seen = np.zeros(nc)
     prefill, catchup = [], []
     for bi, b in enumerate(batch_sizes):
@@ -272,10 +272,6 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
                 if k:
                     draft[bi, k, ci] = np.median([s["draft"] - s["catchup"] for s in at_k])
                 rest[k] += [s["total"] - s["draft"] - s["verify"] - s["prefill"] for s in at_k]
-                if ci == 0:
-                    committed = np.mean([s["committed"] for s in at_k])
-                    seconds = np.median([s["total"] - s["catchup"] for s in at_k])
-                    tokens_per_s[bi, k] = committed / seconds
             catchup += [(s["catchup_tokens"], s["catchup"]) for s in decode if s["catchup_tokens"]]
         for k in range(nk):
             overhead[bi, k] = max(0.0, float(np.median(rest[k])))
@@ -298,6 +294,12 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         d: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
         for d, c in counts.items()
     }
+    per_row = [
+        np.mean([expected_tokens_per_row(rates, k) for rates in acceptance.values()])
+        for k in range(nk)
+    ]
+    step = verify[:, :, 0] + draft[:, :, 0] + overhead  # [batch, k]
+    tokens_per_s = np.array(batch_sizes)[:, None] * np.array(per_row)[None, :] / step
     return Profile(
         fingerprint={},
         batch_sizes=list(batch_sizes),

@@ -18,8 +18,10 @@ one busy moment on a shared machine would drag a mean of three samples far off):
   through the measurements, evaluated at the measured token counts.
 * ``acceptance[domain][i]``: probability that draft token ``i`` (0-based) is accepted given
   tokens ``0..i-1`` were (greedy decoding), from ``acceptance_counts``.
-* ``tokens_per_s[b][k]``: measured mean committed tokens per step over the median step time
-  (catch-up excluded), at ``contexts[0]``, prompts from all domains (the README's table).
+* ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
+  step (``E`` from the measured acceptance, averaged over the domains) over the step time
+  at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
+  few to average directly.
 """
 
 from __future__ import annotations
