@@ -1,4 +1,4 @@
-"""``specrl validate-surrogate`` (sim-to-real) and ``specrl bench-surrogate`` (env steps/s)."""
+"""``specrl validate-surrogate`` (sim-to-real); `benchmark` backs ``specrl bench surrogate``."""
 
 from __future__ import annotations
 
@@ -38,17 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     val.add_argument("--seed", type=int, default=0)
     val.set_defaults(func=validate)
-
-    bench = sub.add_parser(
-        "bench-surrogate",
-        help="measure SurrogateSpecEnv steps per second",
-        description="Step the surrogate env (through gymnasium.make) with a fixed K cycle "
-        "and print env steps per second on one core.",
-    )
-    bench.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
-    bench.add_argument("--steps", type=int, default=200_000)
-    bench.add_argument("--max-batch", type=int, default=64)
-    bench.set_defaults(func=benchmark)
 
 
 def _fixed_policies(k_max: int, threshold: int, max_batch: int):

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
+
+# The test models are tiny: intra-op threads buy nothing and, when anything else runs on a
+# 2-core machine, two spinning OpenMP threads make each step over 100x slower.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

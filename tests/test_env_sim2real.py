@@ -41,7 +41,9 @@ def test_bench_surrogate_prints_steps_per_second(tmp_path, capsys):
     from specrl.cli import main
 
     linear_profile().save(tmp_path / "p.json")
-    assert main(["bench-surrogate", "--profile", str(tmp_path / "p.json"), "--steps", "3000"]) == 0
+    assert (
+        main(["bench", "surrogate", "--profile", str(tmp_path / "p.json"), "--steps", "3000"]) == 0
+    )
     assert "env steps/s (3000 steps" in capsys.readouterr().out
 
 
@@ -49,6 +51,6 @@ def test_cli_reports_a_bad_profile_in_one_line(tmp_path, capsys):
     from specrl.cli import main
 
     (tmp_path / "p.json").write_text("{}")
-    assert main(["bench-surrogate", "--profile", str(tmp_path / "p.json")]) == 2
+    assert main(["bench", "surrogate", "--profile", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("specrl: error: ") and "p.json" in err and "\n" not in err

@@ -44,6 +44,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     engine.set_defaults(func=_engine)
 
+    surrogate = bench.add_parser(
+        "surrogate",
+        help="SurrogateSpecEnv steps per second",
+        description="Step the surrogate env (through gymnasium.make) with a fixed K cycle "
+        "and print env steps per second on one core.",
+    )
+    surrogate.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
+    surrogate.add_argument("--steps", type=int, default=200_000)
+    surrogate.add_argument("--max-batch", type=int, default=64)
+    surrogate.set_defaults(func=_surrogate)
+
+
+def _surrogate(args: argparse.Namespace) -> int:
+    from specrl.envs.cli import benchmark
+
+    return benchmark(args)
+
 
 def _engine(args: argparse.Namespace) -> int:
     import torch
