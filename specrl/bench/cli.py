@@ -4,17 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+from specrl.files import positive_ints
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--target", help="target model id or directory (with --draft)")
     engine.add_argument("--draft", help="draft model id or directory (with --target)")
     engine.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    engine.add_argument("--batch-sizes", type=_ints, default=[1, 4, 16, 64])
+    engine.add_argument("--batch-sizes", type=positive_ints, default=[1, 4, 16, 64])
     engine.add_argument("--k-max", type=int, default=4)
     engine.add_argument("--prompt-len", type=int, default=128)
     engine.add_argument("--new-tokens", type=int, default=64)

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4, got {text!r}") from None
+from specrl.files import positive_ints
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,10 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
     parser.add_argument("--k-max", type=int, default=4)
-    parser.add_argument("--batch-sizes", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument(
         "--contexts",
-        type=_ints,
+        type=positive_ints,
         default=[16, 128, 256],
         help="prompt lengths of the timing cells (tokens)",
     )

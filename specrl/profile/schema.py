@@ -33,6 +33,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from specrl.errors import SpecrlError
+from specrl.files import read_json
 from specrl.workload.trace import DOMAINS
 
 PROFILE_FORMAT = "specrl-profile"
@@ -161,16 +162,5 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile written by ``specrl profile --out PATH``."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecrlError(
-            f"profile file {path} not found; measure one with `specrl profile --out {path}`"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecrlError(
-            f"profile file {path} is not valid JSON ({err}); measure it again with "
-            f"`specrl profile --out {path}`"
-        ) from None
+    obj = read_json(path, "profile", f"measure one with `specrl profile --out {path}`")
     return profile_from_json(obj, source=str(path))

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
+from specrl.files import read_json
 
 TRACE_FORMAT = "specrl-trace"
 TRACE_VERSION = 1
@@ -365,13 +366,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
 
 def load_trace(path: str | Path) -> Trace:
     """Read and validate a JSON trace written by :meth:`Trace.save`."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecrlError(
-            f"trace file {path} not found; write one with `specrl workload make --out {path}`"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecrlError(f"trace file {path} is not valid JSON ({err}); regenerate it") from None
+    obj = read_json(
+        path, "trace", f"write one with `specrl workload --preset ramp --out {path}`"
+    )
     return trace_from_json(obj, source=str(path))

@@ -1,0 +1,31 @@
+"""Reading the JSON files users hand to specrl (profiles, traces) and comma-separated options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+
+
+def read_json(path: str | Path, what: str, remake: str):
+    """Parse ``path`` or raise a one-line error naming the file and ``remake``, the fix."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecrlError(f"{what} file {path} not found; {remake}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecrlError(f"{what} file {path} is not valid JSON ({err}); {remake}") from None
+
+
+def positive_ints(text: str) -> list[int]:
+    """argparse type for options like ``--batch-sizes 1,4,16,64``."""
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,4,16, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4,16, got {text!r}")
+    return values
