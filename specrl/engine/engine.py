@@ -246,15 +246,13 @@ class SpecEngine:
             max(0, min(k, r.max_new_tokens - r.generated - 1, self.max_len - r.seq_len - 1))
             for r in rows
         ]
-        uniforms = [self._row_uniforms(r, ke) for r, ke in zip(rows, k_eff)]
+        uniforms = self._step_uniforms(rows, k, k_eff)
         k_eff_t = torch.tensor(k_eff, device=self.device)
-        # All-greedy batches (the common serving case) skip building distributions entirely.
-        greedy = all(u is None for u in uniforms)
         temps = torch.tensor([r.temperature for r in rows], device=self.device)
         top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
 
         if k > 0:
-            draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, greedy, stats)
+            draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, stats)
         else:
             draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
             draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
@@ -271,22 +269,18 @@ class SpecEngine:
             starts,
             n_real=torch.full_like(starts, k + 1),
         )
-        if greedy:
+        if uniforms is None:
+            # All-greedy batches (the common serving case) skip building distributions.
             result = verify_greedy(draft_tokens, logits, k_eff_t)
         else:
-            accept_u = torch.zeros(len(rows), k)
-            final_u = torch.zeros(len(rows))
-            for b, (ke, u) in enumerate(zip(k_eff, uniforms)):
-                if u is not None:
-                    accept_u[b, :ke] = u[ke : 2 * ke]
-                    final_u[b] = u[2 * ke]
+            _, accept_u, final_u = uniforms
             result = verify_block(
                 draft_tokens,
                 draft_probs,
                 token_probs(logits, temps, top_ps),
                 k_eff_t,
-                accept_u.to(self.device),
-                final_u.to(self.device),
+                accept_u,
+                final_u,
             )
         t_verified = self._now()
         stats.verify_time = t_verified - t_drafted
@@ -340,12 +334,26 @@ class SpecEngine:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    @staticmethod
-    def _row_uniforms(request: _Request, k_eff: int) -> torch.Tensor | None:
-        """The row's randomness for one step: k_eff to draft, k_eff to accept, 1 to finish."""
-        if request.generator is None:
+    def _step_uniforms(self, rows: list[_Request], k: int, k_eff: list[int]):
+        """Each sampled row's randomness for one step, drawn from its own generator in one
+        call: k_eff uniforms to draft, k_eff to accept, 1 for the recovered/bonus token.
+
+        Returns ``(draft [B, k], accept [B, k], final [B])`` on the device, zeros for greedy
+        rows (which draw nothing), or None when every row is greedy.
+        """
+        if all(r.generator is None for r in rows):
             return None
-        return torch.rand(2 * k_eff + 1, generator=request.generator, dtype=torch.float64)
+        draft_u = torch.zeros(len(rows), k, dtype=torch.float64)
+        accept_u = torch.zeros(len(rows), k)
+        final_u = torch.zeros(len(rows))
+        for b, (r, ke) in enumerate(zip(rows, k_eff)):
+            if r.generator is None:
+                continue
+            u = torch.rand(2 * ke + 1, generator=r.generator, dtype=torch.float64)
+            draft_u[b, :ke] = u[:ke]
+            accept_u[b, :ke] = u[ke : 2 * ke]
+            final_u[b] = u[2 * ke]
+        return draft_u.to(self.device), accept_u.to(self.device), final_u.to(self.device)
 
     def _forward(
         self,
@@ -408,9 +416,10 @@ class SpecEngine:
             )
         return len(new), prefill_tokens
 
-    def _propose(self, k, uniforms, temps, top_ps, greedy, stats: StepStats):
+    def _propose(self, k, uniforms, temps, top_ps, stats: StepStats):
         """Draft k tokens per row: tokens [B, k] and the q they were sampled from [B, k, V]
-        (None for an all-greedy batch, which takes the argmax). Records the catch-up."""
+        (None for an all-greedy batch, ``uniforms is None``, which takes the argmax).
+        Records the catch-up."""
         rows = self._running
         t_start = self._now()
         stats.catchup_tokens = self._catch_up()
@@ -423,20 +432,14 @@ class SpecEngine:
         last = logits[torch.arange(len(rows), device=self.device), lengths - 1]  # [B, V]
         for r in rows:
             r.draft_len = r.seq_len
-        draft_u = torch.zeros(len(rows), k, dtype=torch.float64)
-        for b, u in enumerate(uniforms):
-            if u is not None:
-                ke = (len(u) - 1) // 2
-                draft_u[b, :ke] = u[:ke]
-        draft_u = draft_u.to(self.device)
         seq_lens = torch.tensor([r.seq_len for r in rows], device=self.device)
         tokens, probs = [], []
         for j in range(k):
-            if greedy:
+            if uniforms is None:
                 token = last.argmax(-1)
             else:
                 q = token_probs(last, temps, top_ps)  # [B, V]
-                token = sample_inverse_cdf(q, draft_u[:, j])
+                token = sample_inverse_cdf(q, uniforms[0][:, j])
                 probs.append(q)
             tokens.append(token)
             if j < k - 1:
