@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from specrl.errors import SpecrlError
@@ -29,3 +30,16 @@ def positive_ints(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 1,4,16, got {text!r}")
     return values
+
+
+def check_header(obj, source: str, *, fmt: str, version: int, what: str, remake: str) -> None:
+    """Reject ``obj`` unless it is a JSON object with this ``format`` and ``version``."""
+    if not isinstance(obj, Mapping):
+        raise SpecrlError(f"{source}: expected a JSON object at the top level")
+    if obj.get("format") != fmt:
+        raise SpecrlError(f"{source}: field 'format' must be {fmt!r}; not a {what}")
+    if obj.get("version") != version:
+        raise SpecrlError(
+            f"{source}: field 'version' is {obj.get('version')!r}; this specrl reads version "
+            f"{version}, {remake}"
+        )

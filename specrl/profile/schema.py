@@ -33,7 +33,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.files import read_json
+from specrl.files import check_header, read_json
 from specrl.workload.trace import DOMAINS
 
 PROFILE_FORMAT = "specrl-profile"
@@ -103,15 +103,14 @@ def _check_points(obj, where: str) -> None:
 
 def profile_from_json(obj, source: str = "profile") -> Profile:
     """Validate a decoded profile; a profile that fails any check is rejected whole."""
-    if not isinstance(obj, dict):
-        raise SpecrlError(f"{source}: expected a JSON object at the top level")
-    if obj.get("format") != PROFILE_FORMAT:
-        raise SpecrlError(f"{source}: field 'format' must be {PROFILE_FORMAT!r}; not a profile")
-    if obj.get("version") != PROFILE_VERSION:
-        raise SpecrlError(
-            f"{source}: field 'version' is {obj.get('version')!r}, this specrl reads version "
-            f"{PROFILE_VERSION}; measure it again with `specrl profile --out {source}`"
-        )
+    check_header(
+        obj,
+        source,
+        fmt=PROFILE_FORMAT,
+        version=PROFILE_VERSION,
+        what="profile",
+        remake=f"measure it again with `specrl profile --out {source}`",
+    )
     names = [f for f in Profile.__dataclass_fields__ if f != "meta"]
     for name in names:
         if name not in obj:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.files import read_json
+from specrl.files import check_header, read_json
 
 TRACE_FORMAT = "specrl-trace"
 TRACE_VERSION = 1
@@ -293,15 +293,14 @@ def _length_dist(obj, where: str) -> LengthDist:
 
 def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     """Validate a decoded trace; ``source`` (usually the file) prefixes every error."""
-    if not isinstance(obj, Mapping):
-        raise SpecrlError(f"{source}: expected a JSON object at the top level")
-    if obj.get("format") != TRACE_FORMAT:
-        raise SpecrlError(f"{source}: field 'format' must be {TRACE_FORMAT!r}; not a specrl trace")
-    if obj.get("version") != TRACE_VERSION:
-        raise SpecrlError(
-            f"{source}: field 'version' is {obj.get('version')!r}; this specrl reads "
-            f"version {TRACE_VERSION}, regenerate it with `specrl workload make`"
-        )
+    check_header(
+        obj,
+        source,
+        fmt=TRACE_FORMAT,
+        version=TRACE_VERSION,
+        what="specrl trace",
+        remake=f"regenerate it with `specrl workload --preset NAME --out {source}`",
+    )
     name = _field(obj, "name", str, source)
     seed = _field(obj, "seed", int, source)
     domains = _field(obj, "domains", dict, source)
@@ -366,7 +365,5 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
 
 def load_trace(path: str | Path) -> Trace:
     """Read and validate a JSON trace written by :meth:`Trace.save`."""
-    obj = read_json(
-        path, "trace", f"write one with `specrl workload --preset ramp --out {path}`"
-    )
+    obj = read_json(path, "trace", f"write one with `specrl workload --preset ramp --out {path}`")
     return trace_from_json(obj, source=str(path))
