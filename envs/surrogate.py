@@ -83,8 +83,9 @@ class SurrogateSpecEnv(SpecEnvBase):
     linearly past the measured grid), with the measured spread ``sigma_B``. Each row drafts
     ``min(K, tokens left - 1)`` tokens and accepts draft token ``i`` with the profile's
     conditional rate for its domain and position, stopping at the first rejection; it
-    commits the accepted tokens plus one. The draft's catch-up follows the engine: a row
-    falls behind by one token per K=0 step and by its prompt on admission, and is caught up
+    commits the accepted tokens plus one. Admission follows the engine: the prefill commits
+    each new request's first token. So does the draft's catch-up: a row falls behind by one
+    token per K=0 step and by its prompt and first token on admission, and is caught up
     at the next K>0 step. All randomness comes from ``self.np_random``: a seed and the
     actions fix the trajectory.
 
@@ -216,25 +217,45 @@ class SurrogateSpecEnv(SpecEnvBase):
     def _queued(self) -> int:
         return max(0, self._n + len(self._waiting) - self.max_batch)
 
-    def _admit(self) -> float:
-        """Move waiting requests into free rows; returns the prefill seconds."""
+    def _admit(self) -> tuple[float, int, int]:
+        """Move waiting requests into free rows, as the engine does: the prefill commits each
+        one's first token, and a request with nothing left to generate leaves at once.
+        Returns the prefill seconds, the tokens committed and the requests finished."""
         n = first = self._n
         width = 0
         while self._waiting and n < self.max_batch:
             d, p, o = self._waiting.popleft()
-            self._ctx[n], self._left[n], self._lag[n] = p, o, p
+            self._ctx[n], self._left[n], self._lag[n] = p + 1, o - 1, p + 1
             self._row_accept[n] = self._accept[d]
-            width = max(width, p - 1)
+            width = max(width, p)
             n += 1
         self._n = n
         self._maybe_behind = True
-        return self._prefill_s[(n - first) * width]
+        finished = 0
+        if not self._left[first:n].all():
+            finished = self._compact()
+        return self._prefill_s[(n - first) * width], n - first, finished
+
+    def _compact(self) -> int:
+        """Drop the rows with no tokens left; returns how many."""
+        n = self._n
+        keep = np.flatnonzero(self._left[:n])
+        m = len(keep)
+        for arr in (self._ctx, self._left, self._row_accept, self._lag):
+            arr[:m] = arr[keep]
+        self._n = m
+        return n - m
 
     def _serve(self, k: int):
         # Hot path (>= 20,000 steps/s): numpy over the running rows, no per-row Python.
         rng = self.np_random
-        extra_s = self._admit() if self._waiting and self._n < self.max_batch else 0.0
+        extra_s, committed, finished = 0.0, 0, 0
+        if self._waiting and self._n < self.max_batch:
+            extra_s, committed, finished = self._admit()
         n = self._n
+        if n == 0:  # everything admitted finished on its prefill token
+            seconds = extra_s * math.exp(self._sigma[1] * rng.standard_normal())
+            return committed, seconds, 0, 0, finished, 0.0
         ctx, left, lag = self._ctx[:n], self._left[:n], self._lag[:n]
         max_ctx = int(ctx.max())
         if k:
@@ -258,25 +279,19 @@ class SurrogateSpecEnv(SpecEnvBase):
             # fully accepted block.
             lag[:] = 1 + (accepted_rows == k)
             accepted = int(accepted_rows.sum())
-            committed = accepted + n
+            committed += accepted + n
         else:
             committed_rows = 1
             lag += 1
             self._maybe_behind = True
             drafted = accepted = 0
-            committed = n
+            committed += n
         ctx += committed_rows
         left -= committed_rows
         sigma = self._sigma[n]
         seconds = (self._step_s[n][k][max_ctx // CONTEXT_BUCKET] + extra_s) * math.exp(
             sigma * rng.standard_normal()
         )
-        finished = 0
         if int(left.min()) == 0:
-            keep = np.flatnonzero(left)
-            finished = n - len(keep)
-            m = len(keep)
-            for arr in (self._ctx, self._left, self._row_accept, self._lag):
-                arr[:m] = arr[keep]
-            self._n = m
+            finished += self._compact()
         return committed, seconds, drafted, accepted, finished, float(max_ctx)

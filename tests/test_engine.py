@@ -129,8 +129,13 @@ def test_random_draft_accepts_almost_nothing_and_output_stays_greedy(
 def test_eos_inside_an_accepted_block_ends_the_request_there(target, drafts, prompts, reference):
     budgets, expected = reference
     ref = expected[0]
-    # A token whose first occurrence falls in the middle of a K=4 block (positions 1..3 of 5).
-    index = next(i for i, t in enumerate(ref) if i % (K_MAX + 1) in (1, 2, 3) and ref.index(t) == i)
+    # A token whose first occurrence falls in the middle of a K=4 block (positions 1..3 of 5;
+    # token 0 comes from the prefill, so blocks start at 1, 6, 11, ...).
+    index = next(
+        i
+        for i, t in enumerate(ref)
+        if i >= 1 and (i - 1) % (K_MAX + 1) in (1, 2, 3) and ref.index(t) == i
+    )
     eos = ref[index]
     engine = SpecEngine(target, drafts["same"], max_batch=2, max_len=256, k_max=K_MAX)
     rid = engine.add(prompts[0], max_new_tokens=NEW_TOKENS, eos_token_id=eos)
@@ -145,15 +150,43 @@ def test_eos_inside_an_accepted_block_ends_the_request_there(target, drafts, pro
 def test_max_len_boundary_clamps_k(target, drafts, prompts, reference):
     budgets, expected = reference
     prompt = prompts[2]
-    max_len = len(prompt) + 11
-    engine = SpecEngine(target, drafts["same"], max_batch=1, max_len=max_len, k_max=K_MAX)
-    rid = engine.add(prompt, max_new_tokens=500)
-    finished, stats = run_to_completion(engine, lambda s: K_MAX)
-    assert finished[rid].token_ids == expected[2][:11]
-    assert finished[rid].finish_reason == "length"
-    # 11 tokens at K=4 with everything accepted: 5 + 5 + 1, the last step clamped to K=0.
-    assert [s.committed for s in stats] == [5, 5, 1]
-    assert [s.drafted for s in stats] == [4, 4, 0]
+    for room, committed, drafted in (
+        # 1 token from the prefill + 5 at K=4 with everything accepted, then K clamped to the
+        # 3 free positions: 2 draft tokens + 1.
+        (9, [6, 3], [4, 2]),
+        # 6, then 5 (K=4 fits exactly), then the last free position: K clamped to 0.
+        (12, [6, 5, 1], [4, 4, 0]),
+    ):
+        engine = SpecEngine(
+            target, drafts["same"], max_batch=1, max_len=len(prompt) + room, k_max=K_MAX
+        )
+        rid = engine.add(prompt, max_new_tokens=500)
+        finished, stats = run_to_completion(engine, lambda s: K_MAX)
+        assert finished[rid].token_ids == expected[2][:room]
+        assert finished[rid].finish_reason == "length"
+        assert [s.committed for s in stats] == committed
+        assert [s.drafted for s in stats] == drafted
+
+
+def test_prefill_commits_the_first_token_and_may_finish_the_request(
+    target, drafts, prompts, reference
+):
+    budgets, expected = reference
+    engine = SpecEngine(target, drafts["same"], max_batch=4, max_len=256, k_max=K_MAX)
+    one = engine.add(prompts[0], max_new_tokens=1)
+    eos = engine.add(prompts[1], max_new_tokens=50, eos_token_id=expected[1][0])
+    rest = engine.add(prompts[2], max_new_tokens=7)
+    first = engine.step(K_MAX)
+    # Both short requests end on the prefill's token and never reach the decode forward.
+    assert first.admitted == 3 and first.batch_size == 1 and first.finished == 2
+    assert first.prefill_tokens == len(prompts[0]) + len(prompts[1]) + len(prompts[2])
+    assert first.committed == 3 + first.accepted + 1
+    done = {f.request_id: f for f in engine.pop_finished()}
+    assert done[one].token_ids == expected[0][:1] and done[one].finish_reason == "length"
+    assert done[eos].token_ids == expected[1][:1] and done[eos].finish_reason == "eos"
+    assert done[one].steps == 0 and done[eos].steps == 0
+    finished, _ = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rest].token_ids == expected[2][:7]
 
 
 def test_no_placeholder_ids_reach_models_or_outputs(target, drafts, prompts):
@@ -281,3 +314,24 @@ def test_target_only_engine_refuses_k_above_zero(target, prompts, reference):
 def test_vocabulary_mismatch_is_refused(target):
     with pytest.raises(InvalidRequestError, match=r"draft vocabulary \(50\).*\(97\)"):
         SpecEngine(target, tiny_llama(3, vocab=50), max_batch=1, max_len=32, k_max=2)
+
+
+def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
+    import json
+
+    from specrl.bench.engine import run_engine_benchmark, write_json
+
+    result = run_engine_benchmark(
+        micro_pair, batch_sizes=(1, 2), k_max=2, prompt_len=8, new_tokens=6, repeats=1, progress=False
+    )
+    write_json(result, tmp_path / "bench.json")
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["batch_sizes"] == [1, 2]
+    for key in ("k0_vs_hf_generate", "k0_draft_overhead"):
+        assert set(data[key]) == {"1", "2"} and all(v > 0 for v in data[key].values())
+    assert {b: set(v) for b, v in data["tokens_per_s"].items()} == {
+        "1": {"0", "1", "2"},
+        "2": {"0", "1", "2"},
+    }
+    assert data["b1_best_k_vs_hf_assisted"] > 0
+    assert data["k_vs_k0"]["2"]["0"] == 1.0

@@ -104,11 +104,32 @@ def test_catch_up_after_plain_steps_is_charged_once():
     env = _env(profile=prof, workload=trace, max_batch=1)
     env.reset(seed=0)
     times = [env.step(k)[4]["step_time_s"] for k in (2, 2, 0, 0, 0, 2, 2)]
-    # Prompt: 10 tokens, the draft reads 9 of them on the first K>0 step.
-    assert times[0] - times[1] == pytest.approx(0.9)
+    # Prompt 10 tokens + the prefill's first token: the draft reads 10 of them on the first
+    # K>0 step (as the engine does, it leaves the last one for its proposal forward).
+    assert times[0] - times[1] == pytest.approx(1.0)
     # Three plain steps leave it 4 behind (1 or 2 after the block, +3); it reads all but one.
     assert times[5] - times[6] == pytest.approx(0.3, abs=0.11)
     assert times[2] < times[1]
+
+
+def test_requests_ending_on_their_prefill_token_leave_before_the_decode():
+    trace = make_trace(
+        name="ones",
+        seed=0,
+        n_requests=6,
+        load={"kind": "closed", "schedule": steady(3)},
+        output_lengths=LengthDist(median=1, sigma=0, lo=1, hi=1),
+    )
+    env = _env(profile=linear_profile(time_log_sigma=0.0), workload=trace, max_batch=3)
+    env.reset(seed=0)
+    infos = []
+    done = False
+    while not done:
+        _, _, done, _, info = env.step(2)
+        infos.append(info)
+    # Each step admits 3 requests whose prefill commits their only token; nothing decodes.
+    assert [i["committed"] for i in infos] == [3, 3]
+    assert env.episode_tokens == trace.total_tokens == 6
 
 
 def test_reference_rate_defaults_to_plain_decoding_at_batch_1():

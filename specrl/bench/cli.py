@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--k-max", type=int, default=4)
     engine.add_argument("--prompt-len", type=int, default=128)
     engine.add_argument("--new-tokens", type=int, default=64)
-    engine.add_argument("--repeats", type=int, default=3)
+    engine.add_argument("--repeats", type=int, default=5)
     engine.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     engine.set_defaults(func=_engine)
 

@@ -2,8 +2,10 @@
 
 One step for the running batch:
 
-1. **admit**: waiting requests take free slots; the target prefills their prompts (all but
-   the last token, which every step feeds as the row's pending token).
+1. **admit**: waiting requests take free slots; the target prefills their whole prompts and
+   commits each one's first token from the prefill's last logits (as ``generate`` does, so a
+   request costs one prefill and ``max_new_tokens - 1`` decode forwards). A request that ends
+   on that token (EOS, or ``max_new_tokens=1``) leaves before the decode.
 2. **draft** (K > 0): the draft first catches up on committed tokens it has not read (a new
    prompt, or everything committed while K was 0), then proposes K tokens per row.
 3. **verify**: one target forward over ``[pending, d_1 .. d_K]`` per row.
@@ -225,16 +227,12 @@ class SpecEngine:
                 "k > 0 needs a draft model; this engine was built without one"
             )
         t_start = self._now()
-        admitted, prefill_tokens = self._admit()
+        stats = StepStats(batch_size=0, k=k)
+        self._admit(stats)
         t_prefilled = self._now()
+        stats.prefill_time = t_prefilled - t_start
         rows = self._running
-        stats = StepStats(
-            batch_size=len(rows),
-            k=k,
-            admitted=admitted,
-            prefill_tokens=prefill_tokens,
-            prefill_time=t_prefilled - t_start,
-        )
+        stats.batch_size = len(rows)
         if not rows:
             stats.total_time = self._now() - t_start
             return stats
@@ -248,14 +246,18 @@ class SpecEngine:
         ]
         uniforms = self._step_uniforms(rows, k, k_eff)
         k_eff_t = torch.tensor(k_eff, device=self.device)
-        temps = torch.tensor([r.temperature for r in rows], device=self.device)
-        top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
+        temps = top_ps = None  # all-greedy batches need no distributions
+        if uniforms is not None:
+            temps = torch.tensor([r.temperature for r in rows], device=self.device)
+            top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
 
         if k > 0:
             draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, stats)
         else:
             draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
-            draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
+            draft_probs = None
+            if uniforms is not None:
+                draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
         t_drafted = self._now()
         stats.draft_time = t_drafted - t_prefilled
 
@@ -293,8 +295,8 @@ class SpecEngine:
                 .tolist()
             )
             stats.drafted = sum(k_eff)
-        stats.committed = self._commit(rows, k, k_eff, draft_tokens, result)
-        stats.finished = self._retire()
+        stats.committed += self._commit(rows, k, k_eff, draft_tokens, result)
+        stats.finished += self._retire()
         stats.total_time = self._now() - t_start
         return stats
 
@@ -364,15 +366,25 @@ class SpecEngine:
         n_real: torch.Tensor,  # [B] long: real tokens per row; the rest are filler columns
         rows: slice | torch.Tensor | None = None,  # slots; default: the running batch
         logits_to_keep: int = 0,
+        right_aligned: bool = False,
     ) -> torch.Tensor:  # [B, P, V] (or the last logits_to_keep columns)
+        """One forward over ragged rows. Left-aligned (default): filler columns follow the
+        real tokens and repeat the row's last real position. Right-aligned (``_ragged(...,
+        right=True)``): fillers come first at the row's first position, so the last column
+        is every row's last real token. Fillers' writes go to the trash slot."""
         width = input_ids.shape[1]
         cols = torch.arange(width, device=self.device).unsqueeze(0)
-        # Filler columns repeat the row's last real position; their writes go to the trash slot.
-        last_col = (n_real - 1).clamp(min=0).unsqueeze(1)
-        positions = starts.unsqueeze(1) + torch.minimum(cols, last_col)
+        if right_aligned:
+            pad = (width - n_real).unsqueeze(1)
+            positions = starts.unsqueeze(1) + (cols - pad).clamp(min=0)
+            real = cols >= pad
+        else:
+            last_col = (n_real - 1).clamp(min=0).unsqueeze(1)
+            positions = starts.unsqueeze(1) + torch.minimum(cols, last_col)
+            real = cols < n_real.unsqueeze(1)
         rows = slice(0, input_ids.shape[0]) if rows is None else rows
         dtype = next(model.parameters()).dtype
-        mask = cache.prepare(rows, positions, n_real, dtype)
+        mask = cache.prepare(rows, positions, real, dtype)
         out = model(
             input_ids=input_ids,
             position_ids=positions,
@@ -384,37 +396,66 @@ class SpecEngine:
         return out.logits
 
     def _ragged(
-        self, seqs: list[list[int]], rows: list[_Request]
+        self, seqs: list[list[int]], rows: list[_Request], *, right: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-aligned token ids ``[B, P]``. Short rows are filled with a real token of their
-        own (the last one given, else the row's last committed one), never a pad id."""
+        """Token ids ``[B, P]``, left-aligned (or right-aligned). Short rows are filled with a
+        real token of their own (the last one given, the first when right-aligned, else the
+        row's last committed one), never a pad id."""
         width = max(1, max(len(s) for s in seqs))
-        ids = [s + [s[-1] if s else r.tokens[-1]] * (width - len(s)) for s, r in zip(seqs, rows)]
+        if right:
+            ids = [[s[0]] * (width - len(s)) + s for s in seqs]
+        else:
+            ids = [
+                s + [s[-1] if s else r.tokens[-1]] * (width - len(s)) for s, r in zip(seqs, rows)
+            ]
         lengths = torch.tensor([len(s) for s in seqs], device=self.device)
         return torch.tensor(ids, device=self.device), lengths
 
-    def _admit(self) -> tuple[int, int]:
+    def _admit(self, stats: StepStats) -> None:
+        """Prefill the waiting requests that fit and commit their first tokens."""
         free = self.max_batch - len(self._running)
         new = [self._waiting.popleft() for _ in range(min(free, len(self._waiting)))]
         if not new:
-            return 0, 0
+            return
         first = len(self._running)
         self._running.extend(new)
-        # The last prompt token stays pending: the first decode step feeds it.
-        seqs = [r.prompt[:-1] for r in new]
-        prefill_tokens = sum(len(s) for s in seqs)
-        if prefill_tokens:
-            ids, lengths = self._ragged(seqs, new)
-            self._forward(
-                self.target,
-                self._target_cache,
-                ids,
-                starts=torch.zeros_like(lengths),
-                n_real=lengths,
-                rows=slice(first, first + len(new)),
-                logits_to_keep=1,
+        ids, lengths = self._ragged([r.prompt for r in new], new, right=True)
+        logits = self._forward(
+            self.target,
+            self._target_cache,
+            ids,
+            starts=torch.zeros_like(lengths),
+            n_real=lengths,
+            rows=slice(first, first + len(new)),
+            logits_to_keep=1,
+            right_aligned=True,
+        )[:, -1]  # [n, V]: each prompt's last position
+        if all(r.generator is None for r in new):
+            tokens = logits.argmax(-1)
+        else:
+            uniforms = torch.tensor(
+                [
+                    float(torch.rand(1, generator=r.generator, dtype=torch.float64))
+                    if r.generator is not None
+                    else 0.0
+                    for r in new
+                ],
+                dtype=torch.float64,
+                device=self.device,
             )
-        return len(new), prefill_tokens
+            temps = torch.tensor([r.temperature for r in new], device=self.device)
+            top_ps = torch.tensor([r.top_p for r in new], device=self.device)
+            tokens = sample_inverse_cdf(token_probs(logits, temps, top_ps), uniforms)
+        for r, token in zip(new, tokens.tolist()):
+            r.tokens.append(token)
+            if token == r.eos_token_id:
+                r.finish_reason = "eos"
+            elif r.max_new_tokens == 1 or r.seq_len >= self.max_len:
+                r.finish_reason = "length"
+        stats.admitted = len(new)
+        stats.prefill_tokens = int(lengths.sum())
+        stats.committed = len(new)
+        stats.finished = self._retire()
 
     def _propose(self, k, uniforms, temps, top_ps, stats: StepStats):
         """Draft k tokens per row: tokens [B, k] and the q they were sampled from [B, k, V]

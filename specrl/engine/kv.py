@@ -52,18 +52,17 @@ class SlotKVCache(Cache):
         self,
         rows: slice | torch.Tensor,  # a slice of slots (views, no copy) or [B] slot indices
         positions: torch.Tensor,  # [B, Q] long: sequence position of each input token
-        n_real: torch.Tensor,  # [B] long: leading columns that are real tokens of the row
+        real: torch.Tensor,  # [B, Q] bool: which columns are real tokens of the row
         dtype: torch.dtype,
     ) -> torch.Tensor:  # [B, 1, Q, kv_len] additive attention mask
         """Set up the next forward and return the attention mask it must be given.
 
-        Column ``j`` of row ``b`` is a real token when ``j < n_real[b]``; it is written at
-        ``positions[b, j]`` and sees cached positions ``<= positions[b, j]``. Filler columns
-        (ragged inputs) and positions at or past ``max_len`` are written to the trash slot.
+        A real column of row ``b`` is written at ``positions[b, j]`` and sees cached positions
+        ``<= positions[b, j]``. Filler columns (ragged inputs) and positions at or past
+        ``max_len`` are written to the trash slot.
         """
         batch, width = positions.shape
-        cols = torch.arange(width, device=positions.device).unsqueeze(0)
-        real = (cols < n_real.unsqueeze(1)) & (positions < self.max_len)
+        real = real & (positions < self.max_len)
         self._write_pos = torch.where(real, positions, torch.full_like(positions, self.trash_slot))
         self._row_index = (
             torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)

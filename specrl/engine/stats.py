@@ -32,6 +32,7 @@ class StepStats:
     drafted_per_position: list[int] = field(default_factory=list)
     """``drafted_per_position[i]``: rows that proposed a draft token at position ``i``."""
     committed: int = 0
+    """Tokens committed in this step, the first token of each admitted request included."""
     prefill_tokens: int = 0
     """Prompt tokens the target processed for requests admitted in this step."""
     catchup_tokens: int = 0

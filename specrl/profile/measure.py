@@ -74,7 +74,8 @@ class _Cell:
     """One engine at one batch size and prompt length, stepped round by round."""
 
     def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng):
-        self.new_tokens = 1 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
+        # The admission step commits 2 (prefill + decode), every later step at most K + 1.
+        self.new_tokens = 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
         self.k_max = k_max
         self.engine = _engine(
             pair,
@@ -264,7 +265,7 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         for ci, c in enumerate(contexts):
             steps = samples[b, c]
             admission, decode = steps[0], steps[1:]
-            prefill.append((b * (c - 1), admission["prefill"]))
+            prefill.append((b * c, admission["prefill"]))
             ctx_seen[ci] += np.mean([s["context"] for s in decode]) / nb
             for k in range(nk):
                 at_k = [s for s in decode if s["k"] == k]
