@@ -12,9 +12,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="compare surrogate and live tokens/s for fixed policies on one trace",
         description="Run off, K=2, K=4 and a batch threshold on the same trace in the live "
         "and the surrogate env; print surrogate tokens/s / live tokens/s per policy (goal: "
-        "0.9-1.1).",
+        "0.9-1.1). With --measure, the profile is measured now, its timing rounds taking "
+        "turns with the live episodes, so that a machine whose speed drifts (a shared VM) "
+        "drifts under both alike; it is then written to --profile.",
     )
     val.add_argument("--profile", required=True, metavar="PROFILE.json")
+    val.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure PROFILE.json now, interleaved with the live episodes, and write it",
+    )
     val.add_argument("--force", action="store_true", help="accept a profile from elsewhere")
     val.add_argument("--preset", default="small", help="default pair to run live (small)")
     val.add_argument("--device", default="cpu")
@@ -49,7 +56,7 @@ def _fixed_policies(k_max: int, threshold: int, max_batch: int):
 
 def validate(args: argparse.Namespace) -> int:
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
-    from specrl.envs.sim2real import compare, format_comparison
+    from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
     from specrl.models.pair import load_default_pair
     from specrl.profile import load_profile
     from specrl.workload import load_trace, preset_trace
@@ -58,28 +65,43 @@ def validate(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    profile = load_profile(args.profile)
+    profile = None if args.measure else load_profile(args.profile)
     if args.trace:
         trace = load_trace(args.trace)
     else:
         trace = preset_trace("ramp", seed=args.seed, n_requests=args.n_requests, peak=args.peak)
     max_batch = max(args.peak, max(c for _, c in trace.load.get("schedule", [[0, 1]])))
-    k_max = min(4, profile.k_max)
+    k_max = 4 if profile is None else min(4, profile.k_max)
     pair = load_default_pair(args.preset, device=args.device)
     common = {"workload": trace, "k_max": k_max, "max_batch": max_batch}
+    # The reward's reference rate plays no part in tokens/s; a fresh profile needs no check.
     live = LiveSpecEnv(
-        pair=pair, device=args.device, profile=profile, force_profile=args.force, **common
+        pair=pair,
+        device=args.device,
+        profile=profile,
+        force_profile=args.force,
+        reference_tokens_per_s=1.0 if profile is None else None,
+        **common,
     )
-    surrogate = SurrogateSpecEnv(profile=profile, **common)
     policies = _fixed_policies(k_max, args.threshold, max_batch)
-    rows = compare(
-        live,
-        surrogate,
-        policies,
-        seed=args.seed,
-        live_repeats=args.live_repeats,
-        surrogate_seeds=args.surrogate_seeds,
-    )
+    runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
+    if profile is None:
+        from specrl.profile.measure import measure_profile
+
+        profile = measure_profile(
+            pair,
+            k_max=k_max,
+            reps=max(5, len(runs.todo)),
+            device=args.device,
+            seed=args.seed,
+            preset=args.preset,
+            between_rounds=runs.run_next,
+        )
+        profile.meta["interleaved_with"] = "specrl validate-surrogate --measure"
+        profile.save(args.profile)
+        print(f"wrote {args.profile} ({profile.meta['duration_s']} s, live episodes included)")
+    surrogate = SurrogateSpecEnv(profile=profile, **common)
+    rows = compare_runs(runs.run_all(), surrogate, policies, surrogate_seeds=args.surrogate_seeds)
     print(
         f"trace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} tokens; "
         f"profile {args.profile}"

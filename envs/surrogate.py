@@ -82,7 +82,8 @@ class SurrogateSpecEnv(SpecEnvBase):
     around the profile's medians, interpolated linearly in B and context (and extended
     linearly past the measured grid), with the measured spread ``sigma_B``. Each row drafts
     ``min(K, tokens left - 1)`` tokens and accepts draft token ``i`` with the profile's
-    conditional rate for its domain and position, stopping at the first rejection; it
+    conditional rate for its domain, position and tokens generated so far (the profile's
+    ``acceptance_by_output``), stopping at the first rejection; it
     commits the accepted tokens plus one. Admission follows the engine: the prefill commits
     each new request's first token. So does the draft's catch-up: a row falls behind by one
     token per K=0 step and by its prompt and first token on admission, and is caught up
@@ -180,8 +181,13 @@ class SurrogateSpecEnv(SpecEnvBase):
         n_tokens = self.max_batch * self.max_len + 1
         self._prefill_s = _points_table(prof.prefill, n_tokens)
         self._catchup_s = _points_table(prof.catchup, n_tokens)
-        rates = [prof.acceptance.get(d, [0.0] * prof.k_max)[: self.k_max] for d in DOMAINS]
-        self._accept = np.array(rates, dtype=np.float64).reshape(len(DOMAINS), self.k_max)
+        # Acceptance by domain and tokens generated so far: [domain, generated, position].
+        by_output = prof.acceptance_by_output
+        bucket = np.searchsorted(by_output["edges"], np.arange(self.max_len + 1), side="right")
+        self._accept = np.zeros((len(DOMAINS), self.max_len + 1, self.k_max))
+        for i, d in enumerate(DOMAINS):
+            if d in by_output["rates"]:
+                self._accept[i] = np.asarray(by_output["rates"][d])[bucket, : self.k_max]
         self._positions = np.arange(self.k_max)
         self._domain_index = {d: i for i, d in enumerate(DOMAINS)}
 
@@ -202,7 +208,8 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._n = 0
         self._ctx = np.zeros(mb, dtype=np.int64)
         self._left = np.zeros(mb, dtype=np.int64)
-        self._row_accept = np.zeros((mb, self.k_max), dtype=np.float64)
+        self._domain = np.zeros(mb, dtype=np.int64)
+        self._generated = np.zeros(mb, dtype=np.int64)
         self._lag = np.zeros(mb, dtype=np.int64)
         self._maybe_behind = False
         self._waiting: deque = deque()
@@ -226,7 +233,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         while self._waiting and n < self.max_batch:
             d, p, o = self._waiting.popleft()
             self._ctx[n], self._left[n], self._lag[n] = p + 1, o - 1, p + 1
-            self._row_accept[n] = self._accept[d]
+            self._domain[n], self._generated[n] = d, 1
             width = max(width, p)
             n += 1
         self._n = n
@@ -241,7 +248,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         n = self._n
         keep = np.flatnonzero(self._left[:n])
         m = len(keep)
-        for arr in (self._ctx, self._left, self._row_accept, self._lag):
+        for arr in (self._ctx, self._left, self._lag, self._domain, self._generated):
             arr[:m] = arr[keep]
         self._n = m
         return n - m
@@ -256,7 +263,12 @@ class SurrogateSpecEnv(SpecEnvBase):
         if n == 0:  # everything admitted finished on its prefill token
             seconds = extra_s * math.exp(self._sigma[1] * rng.standard_normal())
             return committed, seconds, 0, 0, finished, 0.0
-        ctx, left, lag = self._ctx[:n], self._left[:n], self._lag[:n]
+        ctx, left, lag, generated = (
+            self._ctx[:n],
+            self._left[:n],
+            self._lag[:n],
+            self._generated[:n],
+        )
         max_ctx = int(ctx.max())
         if k:
             if self._maybe_behind:
@@ -266,7 +278,7 @@ class SurrogateSpecEnv(SpecEnvBase):
                     width = int(lag[behind].max()) - 1
                     extra_s += self._catchup_s[int(behind.sum()) * width]
                 self._maybe_behind = False
-            ok = rng.random((n, k)) < self._row_accept[:n, :k]
+            ok = rng.random((n, k)) < self._accept[self._domain[:n], generated, :k]
             if int(left.min()) <= k:
                 k_rows = np.minimum(left - 1, k)
                 ok &= self._positions[:k] < k_rows[:, None]
@@ -288,6 +300,7 @@ class SurrogateSpecEnv(SpecEnvBase):
             committed += n
         ctx += committed_rows
         left -= committed_rows
+        generated += committed_rows
         sigma = self._sigma[n]
         seconds = (self._step_s[n][k][max_ctx // CONTEXT_BUCKET] + extra_s) * math.exp(
             sigma * rng.standard_normal()

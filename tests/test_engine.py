@@ -322,7 +322,13 @@ def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
     from specrl.bench.engine import run_engine_benchmark, write_json
 
     result = run_engine_benchmark(
-        micro_pair, batch_sizes=(1, 2), k_max=2, prompt_len=8, new_tokens=6, repeats=1, progress=False
+        micro_pair,
+        batch_sizes=(1, 2),
+        k_max=2,
+        prompt_len=8,
+        new_tokens=6,
+        repeats=1,
+        progress=False,
     )
     write_json(result, tmp_path / "bench.json")
     data = json.loads((tmp_path / "bench.json").read_text())

@@ -51,8 +51,14 @@ def test_pair_loads_with_plain_transformers(micro_pair_paths):
 def test_vocab_mismatch_names_both_sizes(micro_pair_paths, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=300, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     LlamaForCausalLM(config).save_pretrained(tmp_path / "other")
     with pytest.raises(SpecrlError, match=r"vocab size 512.*has 300"):
         load_pair(micro_pair_paths.target_path, tmp_path / "other")
@@ -107,13 +113,13 @@ def test_unknown_preset_is_a_one_line_error():
         build_pair("huge")
     result = subprocess.run(
         [sys.executable, "-m", "specrl.cli", "models", "build", "--preset", "huge"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr == (
-        "specrl: error: unknown preset 'huge'; choose one of: micro, small\n"
-    )
+    assert result.stderr == ("specrl: error: unknown preset 'huge'; choose one of: micro, small\n")
 
 
 def test_info_json_on_micro(micro_pair_paths, monkeypatch, capsys):

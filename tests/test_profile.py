@@ -50,6 +50,18 @@ def _bad(tmp_path, edit) -> str:
         (lambda p: p.update(k_max="4"), r"k_max"),
         (lambda p: p.update(version=0), r"'version' is 0"),
         (lambda p: p["catchup"].update(tokens=[9.0, 3.0]), r"catchup\.tokens: must be sorted"),
+        (
+            lambda p: p["acceptance_by_output"].update(edges=[64, 16]),
+            r"acceptance_by_output\.edges: expected increasing",
+        ),
+        (
+            lambda p: p["acceptance_by_output"]["rates"].pop("hard"),
+            r"acceptance_by_output\.rates: expected the domains \['code', 'hard', 'prose'\]",
+        ),
+        (
+            lambda p: p["acceptance_by_output"]["rates"]["code"][1].__setitem__(0, 2.0),
+            r"acceptance_by_output\.rates\.code: acceptance rates must lie in \[0, 1\]",
+        ),
     ],
 )
 def test_malformed_profile_is_rejected_naming_file_and_field(tmp_path, edit, message):
@@ -101,16 +113,19 @@ def test_check_compatible():
 
 
 def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
+    rounds = []
     prof = measure_profile(
         micro_pair,
         k_max=2,
         batch_sizes=(1, 2),
         contexts=(8, 40),
-        reps=1,
+        reps=2,
         acceptance_rows=2,
-        acceptance_tokens=12,
+        acceptance_tokens=40,
         progress=False,
+        between_rounds=rounds.append,
     )
+    assert rounds == [0, 1]
     prof.save(tmp_path / "p.json")
     loaded = load_profile(tmp_path / "p.json")
     assert loaded.batch_sizes == [1, 2] and loaded.k_max == 2
@@ -118,6 +133,13 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
     assert set(loaded.acceptance) == {"code", "prose", "hard"}
     for counts in loaded.acceptance_counts.values():
         assert counts["drafted_per_position"][0] > 0
+        # The per-bucket counts add up to the pooled ones; 40 tokens reach bucket [32, 64).
+        by = counts["drafted_by_output"]
+        assert [sum(col) for col in zip(*by)] == counts["drafted_per_position"]
+        assert by[2][0] > 0 and by[4] == [0, 0]
+    assert loaded.acceptance_by_output["edges"] == [16, 32, 64, 128]
+    for rates in loaded.acceptance_by_output["rates"].values():
+        assert len(rates) == 5 and all(0 <= r <= 1 for row in rates for r in row)
     assert all(v > 0 for row in loaded.verify_s for per_k in row for v in per_k)
     assert all(loaded.draft_s[b][0] == [0.0, 0.0] for b in range(2))
     assert loaded.contexts[0] > 8 and loaded.contexts[1] > 40

@@ -88,6 +88,26 @@ def test_committed_per_row_matches_the_profiled_acceptance():
     assert np.mean(per_row) == pytest.approx(expected_tokens_per_row(rates["code"], 2), abs=0.15)
 
 
+def test_acceptance_follows_the_tokens_a_row_has_generated():
+    prof = linear_profile(time_log_sigma=0.0)
+    prof.acceptance_by_output = {
+        "edges": [8],
+        "rates": {d: [[0.0] * 4, [1.0] * 4] for d in ("code", "prose", "hard")},
+    }
+    trace = make_trace(
+        name="one",
+        seed=0,
+        n_requests=1,
+        load={"kind": "closed", "schedule": steady(1)},
+        output_lengths=LengthDist(median=40, sigma=0, lo=40, hi=40),
+    )
+    env = _env(profile=prof, workload=trace, max_batch=1)
+    env.reset(seed=0)
+    committed = [env.step(2)[4]["committed"] for _ in range(9)]
+    # Prefill token + 1, then 1 per step (nothing accepted) until 8 are generated, then 2 + 1.
+    assert committed == [2, 1, 1, 1, 1, 1, 1, 3, 3]
+
+
 def test_catch_up_after_plain_steps_is_charged_once():
     prof = linear_profile(time_log_sigma=0.0)
     prof.catchup = {"tokens": [1.0, 1000.0], "seconds": [0.1, 100.0]}  # 0.1 s per token

@@ -239,11 +239,13 @@ class SpecEngine:
         contexts = [r.seq_len for r in rows]
         stats.mean_context = sum(contexts) / len(contexts)
         stats.max_context = max(contexts)
+        stats.row_generated = [r.generated for r in rows]
 
         k_eff = [
             max(0, min(k, r.max_new_tokens - r.generated - 1, self.max_len - r.seq_len - 1))
             for r in rows
         ]
+        stats.row_drafted = k_eff
         uniforms = self._step_uniforms(rows, k, k_eff)
         k_eff_t = torch.tensor(k_eff, device=self.device)
         temps = top_ps = None  # all-greedy batches need no distributions
@@ -295,7 +297,7 @@ class SpecEngine:
                 .tolist()
             )
             stats.drafted = sum(k_eff)
-        stats.committed += self._commit(rows, k, k_eff, draft_tokens, result)
+        stats.committed += self._commit(rows, k, k_eff, draft_tokens, result, stats)
         stats.finished += self._retire()
         stats.total_time = self._now() - t_start
         return stats
@@ -513,8 +515,8 @@ class SpecEngine:
             r.draft_len = r.seq_len - 1
         return int(lengths.sum())
 
-    def _commit(self, rows, k, k_eff, draft_tokens, result) -> int:
-        accepted = result.accepted.tolist()
+    def _commit(self, rows, k, k_eff, draft_tokens, result, stats: StepStats) -> int:
+        accepted = stats.row_accepted = result.accepted.tolist()
         next_tokens = result.next_token.tolist()
         drafts = draft_tokens.tolist()
         committed = 0

@@ -50,6 +50,12 @@ class StepStats:
     max_context: int = 0
     admitted: int = 0
     finished: int = 0
+    row_generated: list[int] = field(default_factory=list)
+    """Per decoded row (batch order): tokens it had generated before this step's decode."""
+    row_drafted: list[int] = field(default_factory=list)
+    """Per decoded row: draft tokens it proposed (K, clamped near its budget or ``max_len``)."""
+    row_accepted: list[int] = field(default_factory=list)
+    """Per decoded row: leading draft tokens the target accepted."""
 
     @property
     def accepted(self) -> int:

@@ -256,13 +256,28 @@ def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> No
 
     with _seeded(seed):
         target = _new_model(spec, spec.target, fast)
-    _train(target, None, tokens, spec, spec.target_steps, spec.target_lr,
-           torch.Generator().manual_seed(seed), desc=f"{spec.name}: target", progress=progress)
+    _train(
+        target,
+        None,
+        tokens,
+        spec,
+        spec.target_steps,
+        spec.target_lr,
+        torch.Generator().manual_seed(seed),
+        desc=f"{spec.name}: target",
+        progress=progress,
+    )
     # Distill from the target exactly as shipped (fp16-rounded), with its own data stream, so
     # the draft can be retrained from a saved target with the same result.
     target = target.to(torch.float16).float()
-    draft = distill_draft(spec, target, fast, draft_tokens(spec, tokenizer, texts, tokens),
-                          seed=seed, progress=progress)
+    draft = distill_draft(
+        spec,
+        target,
+        fast,
+        draft_tokens(spec, tokenizer, texts, tokens),
+        seed=seed,
+        progress=progress,
+    )
 
     for role, model in (("target", target), ("draft", draft)):
         model.to(torch.float16).save_pretrained(out_dir / role)
@@ -292,14 +307,23 @@ def draft_tokens(spec: Preset, tokenizer, texts: list[str], tokens: np.ndarray) 
     raise ValueError(f"draft_data must be 'all' or 'code', got {spec.draft_data!r}")
 
 
-def distill_draft(spec: Preset, target, tokenizer, tokens: np.ndarray, *, seed: int,
-                  progress: bool):
+def distill_draft(
+    spec: Preset, target, tokenizer, tokens: np.ndarray, *, seed: int, progress: bool
+):
     """A fresh draft trained on forward KL to ``target``'s logits over the training tokens."""
     with _seeded(seed + 1):
         draft = _new_model(spec, spec.draft, tokenizer)
-    return _train(draft, target, tokens, spec, spec.draft_steps, spec.draft_lr,
-                  torch.Generator().manual_seed(seed + 1),
-                  desc=f"{spec.name}: draft (distill)", progress=progress)
+    return _train(
+        draft,
+        target,
+        tokens,
+        spec,
+        spec.draft_steps,
+        spec.draft_lr,
+        torch.Generator().manual_seed(seed + 1),
+        desc=f"{spec.name}: draft (distill)",
+        progress=progress,
+    )
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):

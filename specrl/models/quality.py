@@ -35,8 +35,9 @@ def encode_windows(tokenizer, documents: list[str], window: int, max_windows: in
 
 @torch.inference_mode()
 def agreement(pair, domain: str, *, window: int = 256, max_windows: int = 16) -> float:
-    windows = encode_windows(pair.tokenizer, corpus.held_out_documents(domain), window,
-                             max_windows)  # [N, window]
+    windows = encode_windows(
+        pair.tokenizer, corpus.held_out_documents(domain), window, max_windows
+    )  # [N, window]
     if windows.numel() == 0:
         return float("nan")
     matches = total = 0
@@ -49,8 +50,9 @@ def agreement(pair, domain: str, *, window: int = 256, max_windows: int = 16) ->
 
 
 @torch.inference_mode()
-def sample(model, prompts: torch.Tensor, new_tokens: int, temperature: float,
-           generator: torch.Generator) -> torch.Tensor:
+def sample(
+    model, prompts: torch.Tensor, new_tokens: int, temperature: float, generator: torch.Generator
+) -> torch.Tensor:
     """Plain ancestral sampling with a KV cache; returns the new tokens ``[B, new_tokens]``."""
     from transformers import DynamicCache
 
@@ -65,12 +67,21 @@ def sample(model, prompts: torch.Tensor, new_tokens: int, temperature: float,
     return torch.cat(out, dim=1)
 
 
-def distinct_4gram_ratio(pair, *, n_prompts: int = 8, prompt_len: int = 64,
-                         new_tokens: int = 128, temperature: float = 0.8, seed: int = 0) -> float:
-    prompts = encode_windows(pair.tokenizer, corpus.held_out_documents("code"), prompt_len,
-                             n_prompts)  # [B, prompt_len]
-    generated = sample(pair.target, prompts, new_tokens, temperature,
-                       torch.Generator().manual_seed(seed))
+def distinct_4gram_ratio(
+    pair,
+    *,
+    n_prompts: int = 8,
+    prompt_len: int = 64,
+    new_tokens: int = 128,
+    temperature: float = 0.8,
+    seed: int = 0,
+) -> float:
+    prompts = encode_windows(
+        pair.tokenizer, corpus.held_out_documents("code"), prompt_len, n_prompts
+    )  # [B, prompt_len]
+    generated = sample(
+        pair.target, prompts, new_tokens, temperature, torch.Generator().manual_seed(seed)
+    )
     ratios = []
     for row in generated.tolist():
         grams = [tuple(row[i : i + 4]) for i in range(len(row) - 3)]

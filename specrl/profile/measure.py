@@ -10,17 +10,21 @@ the medians absorb it. Tables are then made non-decreasing in context and in bat
 step never gets cheaper with more work; what says otherwise is noise). A warm-up cell runs
 first and is discarded.
 
-Acceptance: per domain, 32 prompts of 48 tokens (the default workload's median) are decoded
-greedily at K=k_max for 48 tokens (the median output); per-position accepted / drafted counts
-give the conditional rates.
+Acceptance: per domain, 128 prompts (lengths drawn like the preset workloads' prompts) are
+decoded greedily at K=k_max for 160 tokens (the longest preset output); per-position accepted
+/ drafted counts give the conditional rates, pooled and by how many tokens the row had
+generated (``OUTPUT_EDGES``): the default pair's target drifts into repetition as it
+generates, which its draft predicts well, so acceptance climbs with output length. Sparse
+buckets are shrunk toward the pooled rates.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
 import numpy as np
@@ -29,8 +33,12 @@ from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import pair_fingerprint
 from specrl.profile.schema import Profile
 from specrl.profile.synthetic import expected_tokens_per_row
-from specrl.workload.trace import DOMAINS
+from specrl.workload.trace import DEFAULT_PROMPT_LENGTHS, DOMAINS
 
+OUTPUT_EDGES = (16, 32, 64, 128)
+"""Acceptance buckets by tokens generated so far: [0, 16), [16, 32), ..., [128, inf)."""
+SHRINK_TOKENS = 32
+"""Prior weight, in drafted tokens, pulling a bucket's rate toward the pooled rate."""
 PLAIN_STEPS = 3
 """K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
 
@@ -101,28 +109,43 @@ def _acceptance(
     device,
     rng,
     rows: int,
-    prompt_len: int,
     new_tokens: int,
     domains: Sequence[str],
+    edges: Sequence[int] = OUTPUT_EDGES,
 ) -> dict:
+    """Per domain: greedy decoding at K=k_max of ``rows`` prompts (lengths drawn from the
+    preset workloads' distribution) for ``new_tokens`` each; per-position accepted and drafted
+    counts, pooled and per bucket of tokens generated so far (``edges``)."""
     counts = {}
+    n_buckets = len(edges) + 1
     for domain in domains:
+        lengths = DEFAULT_PROMPT_LENGTHS.sample(rng, rows)
         engine = _engine(
             pair,
             max_batch=rows,
-            max_len=prompt_len + new_tokens + k_max + 2,
+            max_len=int(lengths.max()) + new_tokens + k_max + 2,
             k_max=k_max,
             device=device,
         )
-        for _, prompt in _prompts(streams, rows, prompt_len, rng, [domain]):
+        for length in lengths:
+            ((_, prompt),) = _prompts(streams, 1, int(length), rng, [domain])
             engine.add(prompt, max_new_tokens=new_tokens)
-        acc, drafted = [0] * k_max, [0] * k_max
+        acc = [[0] * k_max for _ in range(n_buckets)]
+        drafted = [[0] * k_max for _ in range(n_buckets)]
         while engine.has_work:
             s = engine.step(k_max)
-            for i in range(len(s.accepted_per_position)):
-                acc[i] += s.accepted_per_position[i]
-                drafted[i] += s.drafted_per_position[i]
-        counts[domain] = {"accepted_per_position": acc, "drafted_per_position": drafted}
+            for g, d, a in zip(s.row_generated, s.row_drafted, s.row_accepted, strict=True):
+                bucket = bisect.bisect_right(edges, g)
+                for i in range(d):
+                    drafted[bucket][i] += 1
+                for i in range(a):
+                    acc[bucket][i] += 1
+        counts[domain] = {
+            "accepted_per_position": [sum(col) for col in zip(*acc)],
+            "drafted_per_position": [sum(col) for col in zip(*drafted)],
+            "accepted_by_output": acc,
+            "drafted_by_output": drafted,
+        }
     return counts
 
 
@@ -135,6 +158,21 @@ def conditional_rates(accepted: Sequence[int], drafted: Sequence[int]) -> list[f
         rates.append(min(1.0, p / prev) if prev > 0 else 0.0)
         prev = p
     return rates
+
+
+def _bucket_rates(counts: dict) -> list[list[float]]:
+    """Conditional rates per output bucket, each position's counts shrunk toward the pooled
+    rate with a prior of ``SHRINK_TOKENS`` drafted tokens."""
+    pooled = [
+        a / d if d else 0.0
+        for a, d in zip(counts["accepted_per_position"], counts["drafted_per_position"])
+    ]
+    out = []
+    for acc, drafted in zip(counts["accepted_by_output"], counts["drafted_by_output"]):
+        acc = [a + SHRINK_TOKENS * p for a, p in zip(acc, pooled)]
+        drafted = [d + SHRINK_TOKENS for d in drafted]
+        out.append(conditional_rates(acc, drafted))
+    return out
 
 
 def _linear_points(pairs: list[tuple[float, float]]) -> dict:
@@ -171,12 +209,17 @@ def measure_profile(
     streams: dict[str, list[int]] | None = None,
     device: str = "cpu",
     seed: int = 0,
-    acceptance_rows: int = 32,
-    acceptance_tokens: int = 48,
+    acceptance_rows: int = 128,
+    acceptance_tokens: int = 160,
     progress: bool = True,
     preset: str | None = None,
+    between_rounds: Callable[[int], None] | None = None,
 ) -> Profile:
-    """Measure ``pair`` on this machine; see the module docstring for what runs."""
+    """Measure ``pair`` on this machine; see the module docstring for what runs.
+
+    ``between_rounds(r)``, if given, runs after timing round ``r`` (0-based): other work
+    (``specrl validate-surrogate --measure`` plays its live episodes there) then shares the
+    timing rounds' stretch of time, and with it whatever load the machine was under."""
     from tqdm.auto import tqdm
 
     if pair.draft is None:
@@ -207,6 +250,8 @@ def measure_profile(
         bar.set_postfix_str(f"round {r + 1}/{reps}")
         for cell in cells.values():
             cell.run_round()
+        if between_rounds is not None:
+            between_rounds(r)
         bar.update()
     samples = {key: [cell.admission, *cell.samples] for key, cell in cells.items()}
     del cells
@@ -218,7 +263,6 @@ def measure_profile(
         device=device,
         rng=rng,
         rows=acceptance_rows,
-        prompt_len=48,
         new_tokens=acceptance_tokens,
         domains=DOMAINS,
     )
@@ -232,6 +276,8 @@ def measure_profile(
         "preset": preset,
         "reps": reps,
         "prompt_lengths": list(contexts),
+        "acceptance_rows": acceptance_rows,
+        "acceptance_tokens": acceptance_tokens,
         "seed": seed,
     }
     return profile
@@ -295,6 +341,10 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         d: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
         for d, c in counts.items()
     }
+    by_output = {
+        "edges": list(OUTPUT_EDGES),
+        "rates": {d: _bucket_rates(c) for d, c in counts.items()},
+    }
     per_row = [
         np.mean([expected_tokens_per_row(rates, k) for rates in acceptance.values()])
         for k in range(nk)
@@ -313,6 +363,7 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         prefill=_linear_points(prefill),
         catchup=_linear_points(catchup),
         acceptance=acceptance,
+        acceptance_by_output=by_output,
         acceptance_counts=counts,
         tokens_per_s=tokens_per_s.tolist(),
     )

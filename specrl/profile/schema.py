@@ -18,6 +18,9 @@ one busy moment on a shared machine would drag a mean of three samples far off):
   through the measurements, evaluated at the measured token counts.
 * ``acceptance[domain][i]``: probability that draft token ``i`` (0-based) is accepted given
   tokens ``0..i-1`` were (greedy decoding), from ``acceptance_counts``.
+* ``acceptance_by_output``: ``{"edges": [e_1, ...], "rates": {domain: [[rate per position]
+  per bucket]}}``: the same conditional rates by tokens the row had generated before the
+  step, bucket ``j`` covering ``[e_j, e_{j+1})`` (``e_0 = 0``, the last open-ended).
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
   step (``E`` from the measured acceptance, averaged over the domains) over the step time
   at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
@@ -37,7 +40,9 @@ from specrl.files import check_header, read_json
 from specrl.workload.trace import DOMAINS
 
 PROFILE_FORMAT = "specrl-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+"""2: acceptance by output position (``acceptance_by_output``); the prefill commits the first
+token."""
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Profile:
     prefill: dict
     catchup: dict
     acceptance: dict[str, list[float]]
+    acceptance_by_output: dict
     acceptance_counts: dict[str, dict[str, list[int]]]
     tokens_per_s: list[list[float]]
     meta: dict = field(default_factory=dict)
@@ -99,6 +105,27 @@ def _check_points(obj, where: str) -> None:
     _check_array(obj["seconds"], (n,), f"{where}.seconds")
     if any(b < a for a, b in pairwise(obj["tokens"])):
         raise SpecrlError(f"{where}.tokens: must be sorted ascending")
+
+
+def _check_by_output(obj, domains: set, k_max: int, source: str) -> None:
+    where = f"{source}.acceptance_by_output"
+    if not isinstance(obj, dict) or set(obj) != {"edges", "rates"}:
+        raise SpecrlError(f"{where}: expected {{'edges': [...], 'rates': {{domain: ...}}}}")
+    edges = obj["edges"]
+    if not (
+        isinstance(edges, list)
+        and all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in edges)
+        and all(b > a for a, b in pairwise(edges))
+    ):
+        raise SpecrlError(f"{where}.edges: expected increasing integers > 0, got {edges!r}")
+    rates = obj["rates"]
+    if not isinstance(rates, dict) or set(rates) != domains:
+        got = sorted(rates) if isinstance(rates, dict) else type(rates).__name__
+        raise SpecrlError(f"{where}.rates: expected the domains {sorted(domains)}, got {got}")
+    for domain, table in rates.items():
+        _check_array(table, (len(edges) + 1, k_max), f"{where}.rates.{domain}")
+        if any(r > 1 for row in table for r in row):
+            raise SpecrlError(f"{where}.rates.{domain}: acceptance rates must lie in [0, 1]")
 
 
 def profile_from_json(obj, source: str = "profile") -> Profile:
@@ -152,6 +179,7 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         _check_array(rates, (k_max,), where)
         if any(r > 1 for r in rates):
             raise SpecrlError(f"{where}: acceptance rates must lie in [0, 1]")
+    _check_by_output(obj["acceptance_by_output"], set(acceptance), k_max, source)
     if not isinstance(obj["fingerprint"], dict):
         raise SpecrlError(f"{source}.fingerprint: expected an object")
     if not isinstance(obj["acceptance_counts"], dict):

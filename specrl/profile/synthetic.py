@@ -84,6 +84,10 @@ def linear_profile(
         prefill=dict(points),
         catchup=dict(points),
         acceptance={d: rates[d] for d in DOMAINS if d in rates},
+        acceptance_by_output={
+            "edges": [64],
+            "rates": {d: [rates[d], rates[d]] for d in DOMAINS if d in rates},
+        },
         acceptance_counts={},
         tokens_per_s=[[tokens_per_s(b, k) for k in ks] for b in batch_sizes],
         meta={"synthetic": True},

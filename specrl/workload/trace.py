@@ -66,6 +66,11 @@ class LengthDist:
         return np.clip(raw, self.lo, self.hi).astype(np.int64)
 
 
+DEFAULT_PROMPT_LENGTHS = LengthDist(median=48, sigma=0.5, lo=8, hi=160)
+DEFAULT_OUTPUT_LENGTHS = LengthDist(median=48, sigma=0.6, lo=8, hi=160)
+"""The preset workloads' prompt and output lengths (tokens)."""
+
+
 @dataclass(frozen=True)
 class Request:
     domain: str
@@ -200,8 +205,8 @@ def make_trace(
     ``{"kind": "open", "rate_per_s": r}``; for open loop, arrivals are a Poisson process."""
     rng = np.random.default_rng(seed)
     mix = dict(domains or {"code": 1 / 3, "prose": 1 / 3, "hard": 1 / 3})
-    prompt_lengths = prompt_lengths or LengthDist(median=48, sigma=0.5, lo=8, hi=160)
-    output_lengths = output_lengths or LengthDist(median=48, sigma=0.6, lo=8, hi=160)
+    prompt_lengths = prompt_lengths or DEFAULT_PROMPT_LENGTHS
+    output_lengths = output_lengths or DEFAULT_OUTPUT_LENGTHS
     names = list(mix)
     weights = np.array([mix[d] for d in names], dtype=np.float64)
     if n_requests < 1 or np.any(weights < 0) or weights.sum() <= 0:
