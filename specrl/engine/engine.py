@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 import torch
 
 from specrl.engine.kv import SlotKVCache
-from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block, verify_greedy
+from specrl.engine.sampling import (
+    VerifyResult,
+    sample_inverse_cdf,
+    token_probs,
+    verify_block,
+    verify_greedy,
+)
 from specrl.engine.stats import Finished, StepStats
 from specrl.errors import InvalidRequestError
 
@@ -247,7 +253,7 @@ class SpecEngine:
         ]
         stats.row_drafted = k_eff
         uniforms = self._step_uniforms(rows, k, k_eff)
-        k_eff_t = torch.tensor(k_eff, device=self.device)
+        k_eff_t = torch.tensor(k_eff, device=self.device) if k or uniforms is not None else None
         temps = top_ps = None  # all-greedy batches need no distributions
         if uniforms is not None:
             temps = torch.tensor([r.temperature for r in rows], device=self.device)
@@ -264,7 +270,7 @@ class SpecEngine:
         stats.draft_time = t_drafted - t_prefilled
 
         pending = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)
-        verify_ids = torch.cat([pending, draft_tokens], dim=1)  # [B, K+1]
+        verify_ids = torch.cat([pending, draft_tokens], dim=1) if k else pending  # [B, K+1]
         starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
         logits = self._forward(
             self.target,
@@ -273,7 +279,15 @@ class SpecEngine:
             starts,
             n_real=torch.full_like(starts, k + 1),
         )
-        if uniforms is None:
+        if uniforms is None and k == 0:
+            # Plain greedy decoding: the argmax is the whole verification.
+            next_token = logits[:, -1].argmax(-1)
+            result = VerifyResult(
+                accepted=torch.zeros_like(next_token),
+                accept_mask=draft_tokens.bool(),
+                next_token=next_token,
+            )
+        elif uniforms is None:
             # All-greedy batches (the common serving case) skip building distributions.
             result = verify_greedy(draft_tokens, logits, k_eff_t)
         else:
@@ -375,12 +389,16 @@ class SpecEngine:
         right=True)``): fillers come first at the row's first position, so the last column
         is every row's last real token. Fillers' writes go to the trash slot."""
         width = input_ids.shape[1]
-        cols = torch.arange(width, device=self.device).unsqueeze(0)
-        if right_aligned:
+        if width == 1:  # one token per row (plain decoding, the draft's proposals)
+            positions = starts.unsqueeze(1)
+            real = (n_real > 0).unsqueeze(1)
+        elif right_aligned:
+            cols = torch.arange(width, device=self.device).unsqueeze(0)
             pad = (width - n_real).unsqueeze(1)
             positions = starts.unsqueeze(1) + (cols - pad).clamp(min=0)
             real = cols >= pad
         else:
+            cols = torch.arange(width, device=self.device).unsqueeze(0)
             last_col = (n_real - 1).clamp(min=0).unsqueeze(1)
             positions = starts.unsqueeze(1) + torch.minimum(cols, last_col)
             real = cols < n_real.unsqueeze(1)

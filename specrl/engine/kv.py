@@ -45,6 +45,9 @@ class SlotKVCache(Cache):
         self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self._rows: slice | torch.Tensor = slice(0, 0)
         self._row_index: torch.Tensor | None = None
+        self._row_indices: dict[tuple[int, int], torch.Tensor] = {}
+        self._key_positions: torch.Tensor | None = None
+        self._mask_values: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self._write_pos: torch.Tensor | None = None
         self._kv_len = 0
 
@@ -62,17 +65,37 @@ class SlotKVCache(Cache):
         ``max_len`` are written to the trash slot.
         """
         batch, width = positions.shape
-        real = real & (positions < self.max_len)
-        self._write_pos = torch.where(real, positions, torch.full_like(positions, self.trash_slot))
-        self._row_index = (
-            torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)
-        )
+        last = int(positions.max())
+        if last >= self.max_len:
+            real = real & (positions < self.max_len)
+        self._write_pos = torch.where(real, positions, self.trash_slot)
+        # Every row writing the same contiguous positions (batch 1; equal-length rows): one
+        # strided copy instead of a scatter.
+        self._span = None
+        first = self._write_pos[0]
+        start = int(first[0])
+        if bool((self._write_pos == first).all()) and (
+            width == 1
+            or bool((first == torch.arange(start, start + width, device=first.device)).all())
+        ):
+            self._span = slice(start, start + width)
+        if (batch, width) not in self._row_indices:
+            self._row_indices[batch, width] = (
+                torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)
+            )
+        self._row_index = self._row_indices[batch, width]
         self._rows = rows
-        self._kv_len = min(int(positions.max()) + 1, self.capacity)
-        keys = torch.arange(self._kv_len, device=positions.device)
+        self._kv_len = min(last + 1, self.capacity)
+        if self._key_positions is None:
+            self._key_positions = torch.arange(self.capacity, device=positions.device)
+        keys = self._key_positions[: self._kv_len]
         visible = keys.view(1, 1, -1) <= positions.unsqueeze(-1)  # [B, Q, kv_len]
-        mask = torch.zeros(visible.shape, dtype=dtype, device=positions.device)
-        mask.masked_fill_(~visible, torch.finfo(dtype).min)
+        if dtype not in self._mask_values:
+            self._mask_values[dtype] = (
+                torch.zeros((), dtype=dtype, device=positions.device),
+                torch.full((), torch.finfo(dtype).min, dtype=dtype, device=positions.device),
+            )
+        mask = torch.where(visible, *self._mask_values[dtype])
         return mask.unsqueeze(1)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
@@ -80,10 +103,16 @@ class SlotKVCache(Cache):
         if isinstance(self._rows, slice):
             keys = self.keys[layer_idx][self._rows]
             values = self.values[layer_idx][self._rows]
-            keys[self._row_index, :, self._write_pos] = key_states.transpose(1, 2).to(keys.dtype)
-            values[self._row_index, :, self._write_pos] = value_states.transpose(1, 2).to(
-                values.dtype
-            )
+            if self._span is not None:
+                keys[:, :, self._span].copy_(key_states)
+                values[:, :, self._span].copy_(value_states)
+            else:
+                keys[self._row_index, :, self._write_pos] = key_states.transpose(1, 2).to(
+                    keys.dtype
+                )
+                values[self._row_index, :, self._write_pos] = value_states.transpose(1, 2).to(
+                    values.dtype
+                )
             return keys[:, :, : self._kv_len], values[:, :, : self._kv_len]
         slots = self._rows.unsqueeze(1).expand_as(self._write_pos)
         base_k, base_v = self.keys[layer_idx], self.values[layer_idx]
