@@ -1,8 +1,8 @@
 """``specrl bench engine``: SpecEngine against transformers' own generation, side by side.
 
 All figures come from one run on one machine. Every repeat runs each configuration once, the
-pairs that are compared next to each other (HF ``generate``, K=0, no draft, then K=1..k_max),
-after one untimed warm-up repeat. Tokens/s is the median over repeats; each ratio is the
+pairs that are compared next to each other (HF ``generate``, K=0, no draft, then K=1..k_max;
+every other repeat in reverse order), after one untimed warm-up repeat. Tokens/s is the median over repeats; each ratio is the
 median of the ratios measured within a repeat, so a busy spell on a shared machine slows
 both sides of a ratio instead of one. Engine tokens/s is wall time from queueing the
 requests to the last step (the engine and its caches are built beforehand, as a server
@@ -139,7 +139,9 @@ def run_engine_benchmark(
     samples: dict[tuple, list[float]] = {}
     bar = tqdm(total=len(jobs) * (repeats + 1), desc="bench engine", disable=not progress)
     for rep in range(repeats + 1):  # repeat 0 is the warm-up
-        for batch, name, run in jobs:
+        # Odd repeats run the jobs in reverse, so a machine speeding up or slowing down
+        # through a repeat favours neither side of a ratio.
+        for batch, name, run in jobs if rep % 2 == 0 else jobs[::-1]:
             rate = run()
             if rep:
                 samples.setdefault((batch, name), []).append(rate)
