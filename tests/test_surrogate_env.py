@@ -88,20 +88,25 @@ def test_committed_per_row_matches_the_profiled_acceptance():
     assert np.mean(per_row) == pytest.approx(expected_tokens_per_row(rates["code"], 2), abs=0.15)
 
 
+def _steady_trace(n_requests: int, batch: int, output_len: int, **kwargs):
+    """A closed-loop trace at constant concurrency whose requests all generate output_len."""
+    return make_trace(
+        name="steady",
+        seed=0,
+        n_requests=n_requests,
+        load={"kind": "closed", "schedule": steady(batch)},
+        output_lengths=LengthDist(median=output_len, sigma=0, lo=output_len, hi=output_len),
+        **kwargs,
+    )
+
+
 def test_acceptance_follows_the_tokens_a_row_has_generated():
     prof = linear_profile(time_log_sigma=0.0)
     prof.acceptance_by_output = {
         "edges": [8],
         "rates": {d: [[0.0] * 4, [1.0] * 4] for d in ("code", "prose", "hard")},
     }
-    trace = make_trace(
-        name="one",
-        seed=0,
-        n_requests=1,
-        load={"kind": "closed", "schedule": steady(1)},
-        output_lengths=LengthDist(median=40, sigma=0, lo=40, hi=40),
-    )
-    env = _env(profile=prof, workload=trace, max_batch=1)
+    env = _env(profile=prof, workload=_steady_trace(1, 1, 40), max_batch=1)
     env.reset(seed=0)
     committed = [env.step(2)[4]["committed"] for _ in range(9)]
     # Prefill token + 1, then 1 per step (nothing accepted) until 8 are generated, then 2 + 1.
@@ -112,13 +117,11 @@ def test_catch_up_after_plain_steps_is_charged_once():
     prof = linear_profile(time_log_sigma=0.0)
     prof.catchup = {"tokens": [1.0, 1000.0], "seconds": [0.1, 100.0]}  # 0.1 s per token
     prof.prefill = {"tokens": [1.0, 1000.0], "seconds": [0.0, 0.0]}
-    trace = make_trace(
-        name="one",
-        seed=0,
-        n_requests=1,
-        load={"kind": "closed", "schedule": steady(1)},
+    trace = _steady_trace(
+        1,
+        1,
+        100,
         domains={"hard": 1.0},
-        output_lengths=LengthDist(median=100, sigma=0, lo=100, hi=100),
         prompt_lengths=LengthDist(median=10, sigma=0, lo=10, hi=10),
     )
     env = _env(profile=prof, workload=trace, max_batch=1)
@@ -133,13 +136,7 @@ def test_catch_up_after_plain_steps_is_charged_once():
 
 
 def test_requests_ending_on_their_prefill_token_leave_before_the_decode():
-    trace = make_trace(
-        name="ones",
-        seed=0,
-        n_requests=6,
-        load={"kind": "closed", "schedule": steady(3)},
-        output_lengths=LengthDist(median=1, sigma=0, lo=1, hi=1),
-    )
+    trace = _steady_trace(6, 3, 1)
     env = _env(profile=linear_profile(time_log_sigma=0.0), workload=trace, max_batch=3)
     env.reset(seed=0)
     infos = []
