@@ -2,11 +2,11 @@
 
 All figures come from one run on one machine. Every repeat runs each configuration once, the
 pairs that are compared next to each other (HF ``generate``, K=0, no draft, then K=1..k_max;
-every other repeat in reverse order), after one untimed warm-up repeat. Tokens/s is the median over repeats; each ratio is the
-median of the ratios measured within a repeat, so a busy spell on a shared machine slows
-both sides of a ratio instead of one. Engine tokens/s is wall time from queueing the
-requests to the last step (the engine and its caches are built beforehand, as a server
-builds them once); ``generate`` is timed whole.
+every other repeat in reverse order), after one untimed warm-up repeat. Tokens/s is the
+median over repeats; each ratio is the median of the ratios measured within a repeat, so a
+busy spell on a shared machine slows both sides of a ratio instead of one. Engine tokens/s
+is wall time from queueing the requests to the last step (the engine and its caches are
+built beforehand, as a server builds them once); ``generate`` is timed whole.
 
 1. ``k0_vs_hf_generate``: SpecEngine at K=0 over ``generate(do_sample=False)`` of the target.
 2. ``k0_draft_overhead``: an engine with no draft over one at K=0 with the draft loaded.

@@ -30,7 +30,6 @@ import torch
 
 from specrl.engine.kv import SlotKVCache
 from specrl.engine.sampling import (
-    VerifyResult,
     sample_inverse_cdf,
     token_probs,
     verify_block,
@@ -259,19 +258,30 @@ class SpecEngine:
             temps = torch.tensor([r.temperature for r in rows], device=self.device)
             top_ps = torch.tensor([r.top_p for r in rows], device=self.device)
 
+        pending = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)
+        starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
+        if k == 0 and uniforms is None:
+            # Plain greedy decoding: one forward, and the argmax is the whole verification.
+            stats.draft_time = self._now() - t_prefilled
+            logits = self._forward(self.target, self._target_cache, pending, starts, None)
+            next_tokens = logits[:, -1].argmax(-1).tolist()
+            stats.verify_time = self._now() - t_prefilled - stats.draft_time
+            stats.committed += self._commit(
+                rows, 0, k_eff, None, [0] * len(rows), next_tokens, stats
+            )
+            stats.finished += self._retire()
+            stats.total_time = self._now() - t_start
+            return stats
+
         if k > 0:
             draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, stats)
         else:
             draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
-            draft_probs = None
-            if uniforms is not None:
-                draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
+            draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
         t_drafted = self._now()
         stats.draft_time = t_drafted - t_prefilled
 
-        pending = torch.tensor([[r.tokens[-1]] for r in rows], device=self.device)
         verify_ids = torch.cat([pending, draft_tokens], dim=1) if k else pending  # [B, K+1]
-        starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
         logits = self._forward(
             self.target,
             self._target_cache,
@@ -279,15 +289,7 @@ class SpecEngine:
             starts,
             n_real=torch.full_like(starts, k + 1),
         )
-        if uniforms is None and k == 0:
-            # Plain greedy decoding: the argmax is the whole verification.
-            next_token = logits[:, -1].argmax(-1)
-            result = VerifyResult(
-                accepted=torch.zeros_like(next_token),
-                accept_mask=draft_tokens.bool(),
-                next_token=next_token,
-            )
-        elif uniforms is None:
+        if uniforms is None:
             # All-greedy batches (the common serving case) skip building distributions.
             result = verify_greedy(draft_tokens, logits, k_eff_t)
         else:
@@ -311,7 +313,15 @@ class SpecEngine:
                 .tolist()
             )
             stats.drafted = sum(k_eff)
-        stats.committed += self._commit(rows, k, k_eff, draft_tokens, result, stats)
+        stats.committed += self._commit(
+            rows,
+            k,
+            k_eff,
+            draft_tokens.tolist(),
+            result.accepted.tolist(),
+            result.next_token.tolist(),
+            stats,
+        )
         stats.finished += self._retire()
         stats.total_time = self._now() - t_start
         return stats
@@ -379,7 +389,7 @@ class SpecEngine:
         cache: SlotKVCache,
         input_ids: torch.Tensor,  # [B, P] long
         starts: torch.Tensor,  # [B] long: position of each row's first input token
-        n_real: torch.Tensor,  # [B] long: real tokens per row; the rest are filler columns
+        n_real: torch.Tensor | None,  # [B] long: real tokens per row (None: all of one column)
         rows: slice | torch.Tensor | None = None,  # slots; default: the running batch
         logits_to_keep: int = 0,
         right_aligned: bool = False,
@@ -389,7 +399,9 @@ class SpecEngine:
         right=True)``): fillers come first at the row's first position, so the last column
         is every row's last real token. Fillers' writes go to the trash slot."""
         width = input_ids.shape[1]
-        if width == 1:  # one token per row (plain decoding, the draft's proposals)
+        if n_real is None:  # one real token per row (plain decoding)
+            positions, real = starts.unsqueeze(1), None
+        elif width == 1:  # one token per row (the draft's proposals)
             positions = starts.unsqueeze(1)
             real = (n_real > 0).unsqueeze(1)
         elif right_aligned:
@@ -533,14 +545,14 @@ class SpecEngine:
             r.draft_len = r.seq_len - 1
         return int(lengths.sum())
 
-    def _commit(self, rows, k, k_eff, draft_tokens, result, stats: StepStats) -> int:
-        accepted = stats.row_accepted = result.accepted.tolist()
-        next_tokens = result.next_token.tolist()
-        drafts = draft_tokens.tolist()
+    def _commit(self, rows, k, k_eff, drafts, accepted, next_tokens, stats: StepStats) -> int:
+        """Append each row's accepted draft tokens (``drafts``: lists, None when K=0) and its
+        next token, cut at EOS and the token budget."""
+        stats.row_accepted = accepted
         committed = 0
         for b, r in enumerate(rows):
             a = accepted[b]
-            block = drafts[b][:a] + [next_tokens[b]]
+            block = drafts[b][:a] + [next_tokens[b]] if a else [next_tokens[b]]
             block = block[: r.max_new_tokens - r.generated]
             if r.eos_token_id is not None and r.eos_token_id in block:
                 block = block[: block.index(r.eos_token_id) + 1]

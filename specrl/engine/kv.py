@@ -55,7 +55,7 @@ class SlotKVCache(Cache):
         self,
         rows: slice | torch.Tensor,  # a slice of slots (views, no copy) or [B] slot indices
         positions: torch.Tensor,  # [B, Q] long: sequence position of each input token
-        real: torch.Tensor,  # [B, Q] bool: which columns are real tokens of the row
+        real: torch.Tensor | None,  # [B, Q] bool: which columns are real (None: all)
         dtype: torch.dtype,
     ) -> torch.Tensor:  # [B, 1, Q, kv_len] additive attention mask
         """Set up the next forward and return the attention mask it must be given.
@@ -67,8 +67,10 @@ class SlotKVCache(Cache):
         batch, width = positions.shape
         last = int(positions.max())
         if last >= self.max_len:
-            real = real & (positions < self.max_len)
-        self._write_pos = torch.where(real, positions, self.trash_slot)
+            real = positions < self.max_len if real is None else real & (positions < self.max_len)
+        self._write_pos = (
+            positions if real is None else torch.where(real, positions, self.trash_slot)
+        )
         # Every row writing the same contiguous positions (batch 1; equal-length rows): one
         # strided copy instead of a scatter.
         self._span = None
