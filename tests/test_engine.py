@@ -327,7 +327,8 @@ def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
         k_max=2,
         prompt_len=8,
         new_tokens=6,
-        repeats=1,
+        repeats=2,
+        min_sample_s=0.05,
         progress=False,
     )
     write_json(result, tmp_path / "bench.json")
@@ -341,3 +342,4 @@ def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
     }
     assert data["b1_best_k_vs_hf_assisted"] > 0
     assert data["k_vs_k0"]["2"]["0"] == 1.0
+    assert data["repeats"] == 2 and data["min_sample_s"] == 0.05

@@ -31,6 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument("--prompt-len", type=int, default=128)
     engine.add_argument("--new-tokens", type=int, default=64)
     engine.add_argument("--repeats", type=int, default=5)
+    engine.add_argument(
+        "--min-sample-s",
+        type=float,
+        default=2.0,
+        help="run short jobs back to back until a sample spans this long (default: 2)",
+    )
     engine.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     engine.set_defaults(func=_engine)
 
@@ -73,6 +79,7 @@ def _engine(args: argparse.Namespace) -> int:
         prompt_len=args.prompt_len,
         new_tokens=args.new_tokens,
         repeats=args.repeats,
+        min_sample_s=args.min_sample_s,
     )
     print(format_report(result))
     if args.json:

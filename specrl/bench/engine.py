@@ -2,11 +2,13 @@
 
 All figures come from one run on one machine. Every repeat runs each configuration once, the
 pairs that are compared next to each other (HF ``generate``, K=0, no draft, then K=1..k_max;
-every other repeat in reverse order), after one untimed warm-up repeat. Tokens/s is the
-median over repeats; each ratio is the median of the ratios measured within a repeat, so a
-busy spell on a shared machine slows both sides of a ratio instead of one. Engine tokens/s
-is wall time from queueing the requests to the last step (the engine and its caches are
-built beforehand, as a server builds them once); ``generate`` is timed whole.
+every other repeat in reverse order), after one untimed warm-up repeat. A job shorter than
+``min_sample_s`` runs back to back until its sample spans that long, so every sample averages
+over a similar stretch of the machine's noise. Tokens/s is the median over repeats; each
+ratio is the median of the ratios measured within a repeat, so a busy spell on a shared
+machine slows both sides of a ratio instead of one. Engine tokens/s is wall time from
+queueing the requests to the last step (the engine and its caches are built beforehand, as a
+server builds them once); ``generate`` is timed whole.
 
 1. ``k0_vs_hf_generate``: SpecEngine at K=0 over ``generate(do_sample=False)`` of the target.
 2. ``k0_draft_overhead``: an engine with no draft over one at K=0 with the draft loaded.
@@ -18,6 +20,7 @@ built beforehand, as a server builds them once); ``generate`` is timed whole.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,6 +36,8 @@ class EngineBenchmark:
     prompt_len: int
     new_tokens: int
     repeats: int
+    min_sample_s: float = 0.0
+    """Short jobs ran back to back until each sample spanned this many seconds."""
     tokens_per_s: dict[str, dict[str, float]] = field(default_factory=dict)
     """``tokens_per_s[str(batch)][str(k)]``; K as a string for JSON."""
     hf_generate_tokens_per_s: dict[str, float] = field(default_factory=dict)
@@ -111,9 +116,12 @@ def run_engine_benchmark(
     prompt_len: int = 128,
     new_tokens: int = 64,
     repeats: int = 5,
+    min_sample_s: float = 2.0,
     progress: bool = True,
 ) -> EngineBenchmark:
-    result = EngineBenchmark(list(batch_sizes), k_max, prompt_len, new_tokens, repeats)
+    result = EngineBenchmark(
+        list(batch_sizes), k_max, prompt_len, new_tokens, repeats, min_sample_s
+    )
     prompts = code_prompts(pair.tokenizer, max(batch_sizes), prompt_len)
     jobs = []
     for batch in batch_sizes:
@@ -137,14 +145,22 @@ def run_engine_benchmark(
             )
 
     samples: dict[tuple, list[float]] = {}
+    runs_per_sample: dict[tuple, int] = {}
     bar = tqdm(total=len(jobs) * (repeats + 1), desc="bench engine", disable=not progress)
     for rep in range(repeats + 1):  # repeat 0 is the warm-up
         # Odd repeats run the jobs in reverse, so a machine speeding up or slowing down
         # through a repeat favours neither side of a ratio.
         for batch, name, run in jobs if rep % 2 == 0 else jobs[::-1]:
-            rate = run()
-            if rep:
-                samples.setdefault((batch, name), []).append(rate)
+            if rep == 0:
+                started = time.perf_counter()
+                run()
+                took = time.perf_counter() - started
+                runs_per_sample[batch, name] = max(1, math.ceil(min_sample_s / took))
+            else:
+                # A short job runs back to back until its sample spans min_sample_s, so every
+                # sample averages over a similar stretch of the machine's noise.
+                rates = [run() for _ in range(runs_per_sample[batch, name])]
+                samples.setdefault((batch, name), []).append(len(rates) / sum(1 / r for r in rates))
             bar.update()
     bar.close()
     median = {key: statistics.median(v) for key, v in samples.items()}
@@ -175,7 +191,8 @@ def format_report(result: EngineBenchmark) -> str:
     ks = [str(k) for k in range(result.k_max + 1)]
     lines = [
         f"prompt {result.prompt_len} tokens, {result.new_tokens} new tokens per row, greedy; "
-        f"medians of {result.repeats} interleaved repeats, ratios paired within a repeat",
+        f"medians of {result.repeats} interleaved repeats (samples >= {result.min_sample_s:g} s), "
+        "ratios paired within a repeat",
         "",
         "batch  HF generate tok/s  engine K=0 tok/s  K=0 / HF  no-draft / K=0",
     ]
