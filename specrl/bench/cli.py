@@ -34,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument(
         "--min-sample-s",
         type=float,
-        default=2.0,
-        help="run short jobs back to back until a sample spans this long (default: 2)",
+        default=0.0,
+        help="run short jobs back to back until a sample spans this long (default: 0, off)",
     )
     engine.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     engine.set_defaults(func=_engine)

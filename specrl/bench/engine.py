@@ -116,7 +116,7 @@ def run_engine_benchmark(
     prompt_len: int = 128,
     new_tokens: int = 64,
     repeats: int = 5,
-    min_sample_s: float = 2.0,
+    min_sample_s: float = 0.0,
     progress: bool = True,
 ) -> EngineBenchmark:
     result = EngineBenchmark(
