@@ -262,33 +262,43 @@ class SpecEngine:
         starts = torch.tensor([r.seq_len - 1 for r in rows], device=self.device)
         if k == 0 and uniforms is None:
             # Plain greedy decoding: one forward, and the argmax is the whole verification.
-            stats.draft_time = self._now() - t_prefilled
+            t_drafted = self._now()
             logits = self._forward(self.target, self._target_cache, pending, starts, None)
+            drafts, accepted = None, [0] * len(rows)
             next_tokens = logits[:, -1].argmax(-1).tolist()
-            stats.verify_time = self._now() - t_prefilled - stats.draft_time
-            stats.committed += self._commit(
-                rows, 0, k_eff, None, [0] * len(rows), next_tokens, stats
-            )
-            stats.finished += self._retire()
-            stats.total_time = self._now() - t_start
-            return stats
-
-        if k > 0:
-            draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, stats)
         else:
-            draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
-            draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
-        t_drafted = self._now()
+            if k > 0:
+                draft_tokens, draft_probs = self._propose(k, uniforms, temps, top_ps, stats)
+            else:
+                draft_tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
+                draft_probs = torch.zeros(len(rows), 0, self.vocab_size, device=self.device)
+            t_drafted = self._now()
+            result = self._verify(
+                pending, starts, draft_tokens, draft_probs, uniforms, temps, top_ps, k_eff_t
+            )
+            if k > 0:
+                stats.accepted_per_position = result.accept_mask.sum(0).tolist()
+                stats.drafted_per_position = (
+                    (torch.arange(k, device=self.device).unsqueeze(0) < k_eff_t.unsqueeze(1))
+                    .sum(0)
+                    .tolist()
+                )
+                stats.drafted = sum(k_eff)
+            drafts = draft_tokens.tolist()
+            accepted = result.accepted.tolist()
+            next_tokens = result.next_token.tolist()
+        t_verified = self._now()
         stats.draft_time = t_drafted - t_prefilled
+        stats.verify_time = t_verified - t_drafted
+        stats.committed += self._commit(rows, k, k_eff, drafts, accepted, next_tokens, stats)
+        stats.finished += self._retire()
+        stats.total_time = self._now() - t_start
+        return stats
 
-        verify_ids = torch.cat([pending, draft_tokens], dim=1) if k else pending  # [B, K+1]
-        logits = self._forward(
-            self.target,
-            self._target_cache,
-            verify_ids,
-            starts,
-            n_real=torch.full_like(starts, k + 1),
-        )
+    def _verify(self, pending, starts, draft_tokens, draft_probs, uniforms, temps, top_ps, k_eff_t):
+        """One target forward over ``[pending, d_1 .. d_K]`` per row, then acceptance."""
+        verify_ids = torch.cat([pending, draft_tokens], dim=1)  # [B, K+1]
+        logits = self._forward(self.target, self._target_cache, verify_ids, starts, None)
         if uniforms is None:
             # All-greedy batches (the common serving case) skip building distributions.
             result = verify_greedy(draft_tokens, logits, k_eff_t)
@@ -302,29 +312,7 @@ class SpecEngine:
                 accept_u,
                 final_u,
             )
-        t_verified = self._now()
-        stats.verify_time = t_verified - t_drafted
-
-        if k > 0:
-            stats.accepted_per_position = result.accept_mask.sum(0).tolist()
-            stats.drafted_per_position = (
-                (torch.arange(k, device=self.device).unsqueeze(0) < k_eff_t.unsqueeze(1))
-                .sum(0)
-                .tolist()
-            )
-            stats.drafted = sum(k_eff)
-        stats.committed += self._commit(
-            rows,
-            k,
-            k_eff,
-            draft_tokens.tolist(),
-            result.accepted.tolist(),
-            result.next_token.tolist(),
-            stats,
-        )
-        stats.finished += self._retire()
-        stats.total_time = self._now() - t_start
-        return stats
+        return result
 
     # ------------------------------------------------------------------ validation
 
@@ -389,7 +377,7 @@ class SpecEngine:
         cache: SlotKVCache,
         input_ids: torch.Tensor,  # [B, P] long
         starts: torch.Tensor,  # [B] long: position of each row's first input token
-        n_real: torch.Tensor | None,  # [B] long: real tokens per row (None: all of one column)
+        n_real: torch.Tensor | None,  # [B] long: real tokens per row (None: every column)
         rows: slice | torch.Tensor | None = None,  # slots; default: the running batch
         logits_to_keep: int = 0,
         right_aligned: bool = False,
@@ -399,11 +387,10 @@ class SpecEngine:
         right=True)``): fillers come first at the row's first position, so the last column
         is every row's last real token. Fillers' writes go to the trash slot."""
         width = input_ids.shape[1]
-        if n_real is None:  # one real token per row (plain decoding)
+        if n_real is None:  # every column is a real token: no fillers
             positions, real = starts.unsqueeze(1), None
-        elif width == 1:  # one token per row (the draft's proposals)
-            positions = starts.unsqueeze(1)
-            real = (n_real > 0).unsqueeze(1)
+            if width > 1:
+                positions = positions + torch.arange(width, device=self.device)
         elif right_aligned:
             cols = torch.arange(width, device=self.device).unsqueeze(0)
             pad = (width - n_real).unsqueeze(1)
@@ -521,7 +508,7 @@ class SpecEngine:
                     self._draft_cache,
                     token.unsqueeze(1),
                     seq_lens + j,
-                    n_real=torch.ones_like(seq_lens),
+                    n_real=None,
                 )[:, -1]
         return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None
 

@@ -46,7 +46,8 @@ class SlotKVCache(Cache):
         self._rows: slice | torch.Tensor = slice(0, 0)
         self._row_index: torch.Tensor | None = None
         self._row_indices: dict[tuple[int, int], torch.Tensor] = {}
-        self._key_positions: torch.Tensor | None = None
+        self._key_positions = torch.arange(self.capacity, device=device)
+        self._span: slice | None = None
         self._mask_values: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self._write_pos: torch.Tensor | None = None
         self._kv_len = 0
@@ -71,16 +72,20 @@ class SlotKVCache(Cache):
         self._write_pos = (
             positions if real is None else torch.where(real, positions, self.trash_slot)
         )
-        # Every row writing the same contiguous positions (batch 1; equal-length rows): one
-        # strided copy instead of a scatter.
+        # Every row of a slot slice writing the same contiguous positions (batch 1,
+        # equal-length rows): update() does one strided copy instead of a scatter.
         self._span = None
-        first = self._write_pos[0]
-        start = int(first[0])
-        if bool((self._write_pos == first).all()) and (
-            width == 1
-            or bool((first == torch.arange(start, start + width, device=first.device)).all())
-        ):
-            self._span = slice(start, start + width)
+        if isinstance(rows, slice):
+            first = self._write_pos[0]
+            start = int(first[0])
+            if bool((self._write_pos == first).all()) and (
+                width == 1
+                or (
+                    start + width <= self.capacity
+                    and bool((first == self._key_positions[start : start + width]).all())
+                )
+            ):
+                self._span = slice(start, start + width)
         if (batch, width) not in self._row_indices:
             self._row_indices[batch, width] = (
                 torch.arange(batch, device=positions.device).unsqueeze(1).expand(-1, width)
@@ -88,8 +93,6 @@ class SlotKVCache(Cache):
         self._row_index = self._row_indices[batch, width]
         self._rows = rows
         self._kv_len = min(last + 1, self.capacity)
-        if self._key_positions is None:
-            self._key_positions = torch.arange(self.capacity, device=positions.device)
         keys = self._key_positions[: self._kv_len]
         visible = keys.view(1, 1, -1) <= positions.unsqueeze(-1)  # [B, Q, kv_len]
         if dtype not in self._mask_values:
