@@ -47,12 +47,15 @@ def _round(k_max: int) -> list[int]:
     return [0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1))
 
 
-def _prompts(streams, n: int, length: int, rng: np.random.Generator, domains) -> list:
+def _prompts(streams, lengths: Sequence[int], rng: np.random.Generator, domains) -> list:
+    """One prompt per entry of ``lengths``, cut at a random start of its domain's stream; the
+    rows rotate through ``domains``."""
     out = []
-    for i in range(n):
+    for i, length in enumerate(lengths):
+        length = int(length)
         stream = streams[domains[i % len(domains)]]
         start = int(rng.integers(0, max(1, len(stream) - length)))
-        out.append((domains[i % len(domains)], list(stream[start : start + length])))
+        out.append(list(stream[start : start + length]))
     return out
 
 
@@ -92,7 +95,7 @@ class _Cell:
             k_max=k_max,
             device=device,
         )
-        for _, prompt in _prompts(streams, batch, context, rng, DOMAINS):
+        for prompt in _prompts(streams, [context] * batch, rng, DOMAINS):
             self.engine.add(prompt, max_new_tokens=self.new_tokens)
         self.admission = _sample(self.engine.step(0))
         self.samples = [_sample(self.engine.step(k_max))]
@@ -127,8 +130,7 @@ def _acceptance(
             k_max=k_max,
             device=device,
         )
-        for length in lengths:
-            ((_, prompt),) = _prompts(streams, 1, int(length), rng, [domain])
+        for prompt in _prompts(streams, lengths, rng, [domain]):
             engine.add(prompt, max_new_tokens=new_tokens)
         acc = [[0] * k_max for _ in range(n_buckets)]
         drafted = [[0] * k_max for _ in range(n_buckets)]
