@@ -48,8 +48,8 @@ def reference(target, prompts):
     return budgets, [hf_greedy(target, p, n) for p, n in zip(prompts, budgets)]
 
 
-def _serve(target, draft, prompts, budgets, k_schedule, *, max_batch, stagger=False):
-    engine = SpecEngine(target, draft, max_batch=max_batch, max_len=256, k_max=K_MAX)
+def _serve(target, draft, prompts, budgets, k_schedule, *, max_batch, stagger=False, runner="auto"):
+    engine = SpecEngine(target, draft, max_batch=max_batch, max_len=256, k_max=K_MAX, runner=runner)
     ids = {}
     if stagger:
         # Requests join mid-run, two every three steps, while others are decoding.
@@ -85,15 +85,23 @@ def test_greedy_matches_hf_generate_for_fixed_k(target, drafts, prompts, referen
         assert out.finish_reason == "length"
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("seed", "runner"), [(0, "auto"), (1, "auto"), (2, "hf")])
 def test_greedy_matches_hf_generate_for_random_k_sequences(
-    target, drafts, prompts, reference, seed
+    target, drafts, prompts, reference, seed, runner
 ):
+    # runner="hf" calls the models' own forwards; "auto" takes the lean Llama runner.
     budgets, expected = reference
     rng = random.Random(seed)
     schedule = [rng.randint(0, K_MAX) for _ in range(10_000)]
     outs, stats = _serve(
-        target, drafts["noisy"], prompts, budgets, schedule.__getitem__, max_batch=16, stagger=True
+        target,
+        drafts["noisy"],
+        prompts,
+        budgets,
+        schedule.__getitem__,
+        max_batch=16,
+        stagger=True,
+        runner=runner,
     )
     assert [o.token_ids for o in outs] == expected
     assert {s.k for s in stats} == set(range(K_MAX + 1))
@@ -288,6 +296,10 @@ def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, promp
         (lambda: engine.add([1, 2], max_new_tokens=5, top_p=0.0), "top_p"),
         (lambda: engine.step(K_MAX + 1), "k_max"),
         (lambda: engine.step(-1), "k must be"),
+        (
+            lambda: SpecEngine(target, None, max_batch=1, max_len=8, k_max=0, runner="fast"),
+            "runner must be one of",
+        ),
     ]
     for call, word in cases:
         with pytest.raises(InvalidRequestError, match=word):

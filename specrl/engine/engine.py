@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specrl.engine.kv import SlotKVCache
+from specrl.engine.runner import RUNNERS, make_runner
 from specrl.engine.sampling import (
     sample_inverse_cdf,
     token_probs,
@@ -79,6 +80,10 @@ class SpecEngine:
     :param device: where models and caches live; default: the target's device.
     :param max_waiting: queue limit; ``add`` refuses requests beyond it.
     :param seed: seeds the generators of sampled requests added without a seed.
+    :param runner: how forwards are called: ``"auto"`` runs Llama-architecture models through
+        :class:`~specrl.engine.runner.LlamaRunner` (same kernels and logits as the model's own
+        forward, without its per-call Python) and any other model through its own forward;
+        ``"hf"`` always calls the model's own forward. ``runner_names`` says which was chosen.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class SpecEngine:
         device: str | torch.device | None = None,
         max_waiting: int = 4096,
         seed: int = 0,
+        runner: str = "auto",
     ):
         for name, value, low in (
             ("max_batch", max_batch, 1),
@@ -101,6 +107,8 @@ class SpecEngine:
         ):
             if not isinstance(value, int) or value < low:
                 raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
+        if runner not in RUNNERS:
+            raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {runner!r}")
         self.device = torch.device(device) if device is not None else target.device
         self.target = target.to(self.device).eval()
         self.draft = draft.to(self.device).eval() if draft is not None else None
@@ -125,6 +133,8 @@ class SpecEngine:
             k_max,
             max_waiting,
         )
+        self._target_run = make_runner(self.target, runner)
+        self._draft_run = make_runner(self.draft, runner) if self.draft is not None else None
         self._target_cache = self._new_cache(self.target)
         self._draft_cache = self._new_cache(self.draft) if self.draft is not None else None
         self._running: list[_Request] = []
@@ -144,6 +154,14 @@ class SpecEngine:
         )
 
     # ------------------------------------------------------------------ public API
+
+    @property
+    def runner_names(self) -> dict[str, str]:
+        """Which runner calls each model: ``llama`` (lean) or ``hf`` (the model's forward)."""
+        names = {"target": self._target_run.name}
+        if self._draft_run is not None:
+            names["draft"] = self._draft_run.name
+        return names
 
     @property
     def num_running(self) -> int:
@@ -263,7 +281,7 @@ class SpecEngine:
         if k == 0 and uniforms is None:
             # Plain greedy decoding: one forward, and the argmax is the whole verification.
             t_drafted = self._now()
-            logits = self._forward(self.target, self._target_cache, pending, starts, None)
+            logits = self._forward(self._target_run, self._target_cache, pending, starts, None)
             drafts, accepted = None, [0] * len(rows)
             next_tokens = logits[:, -1].argmax(-1).tolist()
         else:
@@ -298,7 +316,7 @@ class SpecEngine:
     def _verify(self, pending, starts, draft_tokens, draft_probs, uniforms, temps, top_ps, k_eff_t):
         """One target forward over ``[pending, d_1 .. d_K]`` per row, then acceptance."""
         verify_ids = torch.cat([pending, draft_tokens], dim=1)  # [B, K+1]
-        logits = self._forward(self.target, self._target_cache, verify_ids, starts, None)
+        logits = self._forward(self._target_run, self._target_cache, verify_ids, starts, None)
         if uniforms is None:
             # All-greedy batches (the common serving case) skip building distributions.
             result = verify_greedy(draft_tokens, logits, k_eff_t)
@@ -373,7 +391,7 @@ class SpecEngine:
 
     def _forward(
         self,
-        model,
+        run,  # the model's runner (specrl.engine.runner)
         cache: SlotKVCache,
         input_ids: torch.Tensor,  # [B, P] long
         starts: torch.Tensor,  # [B] long: position of each row's first input token
@@ -402,17 +420,8 @@ class SpecEngine:
             positions = starts.unsqueeze(1) + torch.minimum(cols, last_col)
             real = cols < n_real.unsqueeze(1)
         rows = slice(0, input_ids.shape[0]) if rows is None else rows
-        dtype = next(model.parameters()).dtype
-        mask = cache.prepare(rows, positions, real, dtype)
-        out = model(
-            input_ids=input_ids,
-            position_ids=positions,
-            attention_mask=mask,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-        )
-        return out.logits
+        mask = cache.prepare(rows, positions, real, run.dtype)
+        return run(input_ids, positions, mask, cache, logits_to_keep)
 
     def _ragged(
         self, seqs: list[list[int]], rows: list[_Request], *, right: bool = False
@@ -440,7 +449,7 @@ class SpecEngine:
         self._running.extend(new)
         ids, lengths = self._ragged([r.prompt for r in new], new, right=True)
         logits = self._forward(
-            self.target,
+            self._target_run,
             self._target_cache,
             ids,
             starts=torch.zeros_like(lengths),
@@ -488,7 +497,7 @@ class SpecEngine:
         seqs = [r.tokens[r.draft_len :] for r in rows]
         ids, lengths = self._ragged(seqs, rows)
         starts = torch.tensor([r.draft_len for r in rows], device=self.device)
-        logits = self._forward(self.draft, self._draft_cache, ids, starts, n_real=lengths)
+        logits = self._forward(self._draft_run, self._draft_cache, ids, starts, n_real=lengths)
         last = logits[torch.arange(len(rows), device=self.device), lengths - 1]  # [B, V]
         for r in rows:
             r.draft_len = r.seq_len
@@ -504,7 +513,7 @@ class SpecEngine:
             tokens.append(token)
             if j < k - 1:
                 last = self._forward(
-                    self.draft,
+                    self._draft_run,
                     self._draft_cache,
                     token.unsqueeze(1),
                     seq_lens + j,
@@ -526,7 +535,13 @@ class SpecEngine:
         else:
             slots = torch.tensor(behind, device=self.device)
         self._forward(
-            self.draft, self._draft_cache, ids, starts, n_real=lengths, rows=slots, logits_to_keep=1
+            self._draft_run,
+            self._draft_cache,
+            ids,
+            starts,
+            n_real=lengths,
+            rows=slots,
+            logits_to_keep=1,
         )
         for r in lagging:
             r.draft_len = r.seq_len - 1

@@ -1,0 +1,175 @@
+"""Model runners: how the engine calls a model's forward.
+
+A serving engine does not go through a model's generic ``forward`` on every decode step: at
+small batch a step is short, and transformers' per-call work (module ``__call__`` for about
+nine modules per layer, output dataclasses, mask preprocessing, config lookups) is a large
+share of it. On this project's 2-core CPU machine the default target's batch-1 forward spends
+about a third of its time outside matrix multiplies, and ``generate`` pays all of it.
+
+:class:`LlamaRunner` runs a Llama-architecture model (``LlamaForCausalLM`` with the stock
+transformers modules) as one Python function over the model's own parameters. It calls the
+same kernels, in the same order, with the same arguments as transformers' modules do (its
+RMSNorm, rotary and attention code is transformers' own), so its logits are bit-identical to
+``model(...)`` (tested); only the Python around the kernels is gone. Any other model, a model
+with hooks, or ``runner="hf"`` uses :class:`HFRunner`, which calls the model itself.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as torch_module
+
+RUNNERS = ("auto", "hf")
+"""``runner=`` values: ``auto`` (lean runner where supported, else the model's forward),
+``hf`` (always the model's own forward)."""
+
+
+class HFRunner:
+    """Calls the model's own forward with the engine's cache and 4D mask."""
+
+    name = "hf"
+
+    def __init__(self, model):
+        self.model = model
+        self.dtype = next(model.parameters()).dtype
+
+    def __call__(self, input_ids, positions, mask, cache, logits_to_keep: int = 0):
+        return self.model(
+            input_ids=input_ids,
+            position_ids=positions,
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        ).logits
+
+
+def _has_hooks(modules) -> bool:
+    """Whether a forward hook is registered on any of ``modules`` or globally."""
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
+
+def _llama_reason(model) -> str | None:
+    """Why ``model`` cannot take the lean Llama path, or None when it can."""
+    from transformers.models.llama import modeling_llama as llama
+
+    if type(model) is not llama.LlamaForCausalLM:
+        return f"{type(model).__name__} is not LlamaForCausalLM"
+    impl = model.config._attn_implementation
+    if impl not in ("sdpa", "eager"):
+        return f"attention implementation {impl!r}"
+    base = model.model
+    stock = [(base.norm, llama.LlamaRMSNorm), (base.rotary_emb, llama.LlamaRotaryEmbedding)]
+    if len(base.layers) != model.config.num_hidden_layers:
+        return "layer count differs from the config"
+    for layer in base.layers:
+        stock += [
+            (layer, llama.LlamaDecoderLayer),
+            (layer.self_attn, llama.LlamaAttention),
+            (layer.mlp, llama.LlamaMLP),
+            (layer.input_layernorm, llama.LlamaRMSNorm),
+            (layer.post_attention_layernorm, llama.LlamaRMSNorm),
+        ]
+    for module, cls in stock:
+        # A subclass, or a forward replaced on the instance or the class (kernel hubs do
+        # this), computes something this runner does not reproduce.
+        if type(module) is not cls or "forward" in vars(module):
+            return f"{type(module).__name__} is not the stock transformers module"
+    if not isinstance(base.embed_tokens, torch.nn.Embedding) or type(model.lm_head) is not (
+        torch.nn.Linear
+    ):
+        return "embedding or output head is not a plain nn.Embedding / nn.Linear"
+    if base.embed_tokens.max_norm is not None:
+        return "the embedding renormalises (max_norm)"
+    if any(hasattr(m, "_hf_hook") for m in model.modules()):
+        return "accelerate hooks (device_map offloading) move tensors between modules"
+    return None
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # transformers' LlamaRMSNorm.forward, op for op.
+    input_dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(input_dtype)
+
+
+class LlamaRunner:
+    """The Llama decoder as one function over the model's parameters (see the module doc)."""
+
+    name = "llama"
+
+    def __init__(self, model):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.models.llama import modeling_llama as llama
+
+        self.model = model
+        self.dtype = next(model.parameters()).dtype
+        self.hf = HFRunner(model)
+        self._modules = list(model.modules())
+        self._rotate = llama.apply_rotary_pos_emb
+        if model.config._attn_implementation == "sdpa":
+            self._attention = sdpa_attention_forward
+        else:
+            self._attention = llama.eager_attention_forward
+        base = model.model
+        self._embed = base.embed_tokens
+        self._rotary = base.rotary_emb
+        self._norm = (base.norm.weight, base.norm.variance_epsilon)
+        self._head = (model.lm_head.weight, model.lm_head.bias)
+        self._layers = []
+        for layer in base.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self._layers.append(
+                (
+                    attn,
+                    (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
+                    *((p.weight, p.bias) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
+                    (attn.o_proj.weight, attn.o_proj.bias),
+                    (
+                        layer.post_attention_layernorm.weight,
+                        layer.post_attention_layernorm.variance_epsilon,
+                    ),
+                    *((p.weight, p.bias) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)),
+                    mlp.act_fn,
+                )
+            )
+
+    def __call__(self, input_ids, positions, mask, cache, logits_to_keep: int = 0):
+        if _has_hooks(self._modules):
+            # Hooks observe or change module calls; only the model's own forward runs them.
+            return self.hf(input_ids, positions, mask, cache, logits_to_keep)
+        batch, width = input_ids.shape
+        x = F.embedding(input_ids, self._embed.weight, self._embed.padding_idx)
+        cos, sin = self._rotary(x, positions)
+        attention = self._attention
+        for attn, ln1, q_p, k_p, v_p, o_p, ln2, gate, up, down, act in self._layers:
+            h = _rms_norm(x, *ln1)
+            shape = (batch, width, -1, attn.head_dim)
+            q = F.linear(h, *q_p).view(shape).transpose(1, 2)
+            k = F.linear(h, *k_p).view(shape).transpose(1, 2)
+            v = F.linear(h, *v_p).view(shape).transpose(1, 2)
+            q, k = self._rotate(q, k, cos, sin)
+            k, v = cache.update(k, v, attn.layer_idx)
+            out, _ = attention(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)
+            out = out.reshape(batch, width, -1).contiguous()
+            x = x + F.linear(out, *o_p)
+            h = _rms_norm(x, *ln2)
+            x = x + F.linear(act(F.linear(h, *gate)) * F.linear(h, *up), *down)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return F.linear(_rms_norm(x, *self._norm), *self._head)
+
+
+def make_runner(model, runner: str = "auto"):
+    """The runner the engine uses for ``model``: :class:`LlamaRunner` where it applies and
+    ``runner="auto"``, else :class:`HFRunner`."""
+    if runner not in RUNNERS:
+        raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+    if runner == "auto" and _llama_reason(model) is None:
+        return LlamaRunner(model)
+    return HFRunner(model)

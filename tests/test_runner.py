@@ -1,0 +1,102 @@
+"""Model runners: the lean Llama runner against the model's own forward, and the fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_helpers import DEVICE, VOCAB, hf_greedy, random_prompts, run_to_completion, tiny_llama
+
+from specrl.engine import SpecEngine
+from specrl.engine.kv import SlotKVCache
+from specrl.engine.runner import HFRunner, LlamaRunner, make_runner
+
+
+def _steps(model):
+    """Prefill of ragged right-aligned rows, a decode step, then a 4-token verify block."""
+    lengths = torch.tensor([7, 3, 5], device=DEVICE)
+    width = 7
+    cols = torch.arange(width, device=DEVICE).unsqueeze(0)
+    pad = (width - lengths).unsqueeze(1)
+    ids = torch.randint(1, VOCAB, (3, width), generator=torch.Generator().manual_seed(0))
+    yield ids.to(DEVICE), (cols - pad).clamp(min=0), cols >= pad, 1
+    ends = lengths.unsqueeze(1)
+    yield torch.tensor([[4], [5], [6]], device=DEVICE), ends, None, 0
+    block = torch.tensor([[7, 8, 9, 10]] * 3, device=DEVICE)
+    yield block, ends + 1 + torch.arange(4, device=DEVICE), None, 0
+
+
+@pytest.mark.parametrize("which", ["tiny_gqa_float64", "micro_float32"])
+def test_llama_runner_logits_and_cache_are_bit_identical_to_the_model(which, micro_pair):
+    model = tiny_llama(0) if which == "tiny_gqa_float64" else micro_pair.target.to(DEVICE)
+    dtype = next(model.parameters()).dtype
+    caches = [
+        SlotKVCache(model.config, max_batch=3, max_len=32, device=DEVICE, dtype=dtype)
+        for _ in range(2)
+    ]
+    lean, own = LlamaRunner(model), HFRunner(model)
+    with torch.inference_mode():
+        for ids, positions, real, keep in _steps(model):
+            out = []
+            for run, cache in zip((lean, own), caches):
+                mask = cache.prepare(slice(0, 3), positions, real, dtype)
+                out.append(run(ids, positions, mask, cache, keep))
+            assert out[0].shape == out[1].shape
+            assert torch.equal(out[0], out[1])
+    for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values):
+        assert torch.equal(a, b)
+
+
+def test_auto_picks_the_llama_runner_only_where_it_applies():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    llama = tiny_llama(0)
+    assert isinstance(make_runner(llama), LlamaRunner)
+    assert isinstance(make_runner(llama, "hf"), HFRunner)
+    eager = tiny_llama(0)
+    eager.config._attn_implementation = "eager"
+    assert isinstance(make_runner(eager), LlamaRunner)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2))
+    assert isinstance(make_runner(gpt2), HFRunner)
+    with pytest.raises(ValueError, match="runner must be one of"):
+        make_runner(llama, "fast")
+
+
+def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():
+    """Any causal LM works: GPT-2 (learned positions, its own attention) through HFRunner."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="sdpa",
+    )
+    target = GPT2LMHeadModel(config).to(device=DEVICE, dtype=torch.float64).eval()
+    engine = SpecEngine(target, target, max_batch=4, max_len=128, k_max=3)
+    assert engine.runner_names == {"target": "hf", "draft": "hf"}
+    prompts = random_prompts(4, seed=5)
+    ids = [engine.add(p, max_new_tokens=40) for p in prompts]
+    finished, stats = run_to_completion(engine, lambda s: s % 4)
+    for rid, p in zip(ids, prompts):
+        assert finished[rid].token_ids == hf_greedy(target, p, 40)
+    assert sum(s.accepted for s in stats) == sum(s.drafted for s in stats) > 0
+
+
+def test_hooks_added_after_construction_still_fire():
+    """A hook anywhere in the model sends the forward through the model's own modules."""
+    target = tiny_llama(0)
+    engine = SpecEngine(target, None, max_batch=2, max_len=64, k_max=0)
+    assert engine.runner_names == {"target": "llama"}
+    seen = []
+    hook = target.model.layers[1].mlp.register_forward_hook(lambda m, a, out: seen.append(1))
+    try:
+        rid = engine.add([3, 4, 5], max_new_tokens=6)
+        finished, _ = run_to_completion(engine, lambda s: 0)
+    finally:
+        hook.remove()
+    assert len(seen) == 6  # the prefill and five decode steps
+    assert finished[rid].token_ids == hf_greedy(target, [3, 4, 5], 6)
