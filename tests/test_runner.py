@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from engine_helpers import DEVICE, VOCAB, hf_greedy, random_prompts, run_to_completion, tiny_llama
@@ -27,7 +29,10 @@ def _steps(model):
 
 @pytest.mark.parametrize("which", ["tiny_gqa_float64", "micro_float32"])
 def test_llama_runner_logits_and_cache_are_bit_identical_to_the_model(which, micro_pair):
-    model = tiny_llama(0) if which == "tiny_gqa_float64" else micro_pair.target.to(DEVICE)
+    if which == "tiny_gqa_float64":
+        model = tiny_llama(0)
+    else:
+        model = copy.deepcopy(micro_pair.target).to(DEVICE)  # the fixture is shared
     dtype = next(model.parameters()).dtype
     caches = [
         SlotKVCache(model.config, max_batch=3, max_len=32, device=DEVICE, dtype=dtype)
