@@ -145,3 +145,32 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
     assert loaded.contexts[0] > 8 and loaded.contexts[1] > 40
     check_compatible(loaded, pair_fingerprint(micro_pair, k_max=2))
     assert format_table(loaded).splitlines()[0] == "| batch | off | K=1 | K=2 |"
+
+
+def test_acceptance_sample_draws_workload_lengths_and_serves_every_request(micro_pair):
+    """More requests than slots: continuous batching serves them all, deterministically."""
+    import numpy as np
+
+    from specrl.profile.measure import _acceptance
+    from specrl.workload.prompts import token_streams
+
+    streams = token_streams(micro_pair.tokenizer, domains=("code",))
+
+    def counts(seed):
+        return _acceptance(
+            micro_pair,
+            streams,
+            k_max=2,
+            device="cpu",
+            rng=np.random.default_rng(seed),
+            rows=5,
+            new_tokens=None,
+            domains=["code"],
+            max_batch=2,
+        )["code"]
+
+    first = counts(0)
+    # Outputs are >= 8 tokens, so every request drafts at least once.
+    assert first["drafted_per_position"][0] >= 5
+    assert [sum(col) for col in zip(*first["drafted_by_output"])] == first["drafted_per_position"]
+    assert counts(0) == first
