@@ -10,7 +10,7 @@ from engine_helpers import DEVICE, VOCAB, hf_greedy, random_prompts, run_to_comp
 
 from specrl.engine import SpecEngine
 from specrl.engine.kv import SlotKVCache
-from specrl.engine.runner import HFRunner, LlamaRunner, make_runner
+from specrl.engine.runner import HFRunner, LlamaRunner, _llama_reason, make_runner
 
 
 def _steps(model):
@@ -25,12 +25,50 @@ def _steps(model):
     yield torch.tensor([[4], [5], [6]], device=DEVICE), ends, None, 0
     block = torch.tensor([[7, 8, 9, 10]] * 3, device=DEVICE)
     yield block, ends + 1 + torch.arange(4, device=DEVICE), None, 0
+    block = torch.tensor([[11, 12, 13]] * 3, device=DEVICE)
+    yield block, ends + 5 + torch.arange(3, device=DEVICE), None, 2
 
 
-@pytest.mark.parametrize("which", ["tiny_gqa_float64", "micro_float32"])
+def _variant_llama():
+    """Biases everywhere, llama3 rope scaling, head_dim not hidden / heads, float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        attention_bias=True,
+        mlp_bias=True,
+        max_position_embeddings=256,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(config).to(DEVICE).eval()
+    with torch.no_grad():  # biases start at zero; make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return model
+
+
+@pytest.mark.parametrize("which", ["tiny_gqa_float64", "variant_float32", "micro_float32"])
 def test_llama_runner_logits_and_cache_are_bit_identical_to_the_model(which, micro_pair):
     if which == "tiny_gqa_float64":
         model = tiny_llama(0)
+    elif which == "variant_float32":
+        model = _variant_llama()
     else:
         model = copy.deepcopy(micro_pair.target).to(DEVICE)  # the fixture is shared
     dtype = next(model.parameters()).dtype
@@ -64,6 +102,49 @@ def test_auto_picks_the_llama_runner_only_where_it_applies():
     assert isinstance(make_runner(gpt2), HFRunner)
     with pytest.raises(ValueError, match="runner must be one of"):
         make_runner(llama, "fast")
+
+
+def _refused(change) -> str:
+    model = tiny_llama(0)
+    change(model)
+    runner = make_runner(model)
+    assert isinstance(runner, HFRunner)
+    return _llama_reason(model)
+
+
+def test_models_the_lean_runner_would_compute_differently_are_refused():
+    class LoraLinear(torch.nn.Linear):  # what adapter libraries put in place of a Linear
+        pass
+
+    def lora(model):
+        old = model.model.layers[0].self_attn.q_proj
+        model.model.layers[0].self_attn.q_proj = LoraLinear(old.in_features, old.out_features)
+
+    def head_forward(model):
+        model.lm_head.forward = lambda x: x
+
+    assert "LoraLinear" in _refused(lora)
+    assert "Linear" in _refused(head_forward)
+    assert "quantized" in _refused(lambda m: setattr(m, "hf_quantizer", object()))
+    assert "adapters" in _refused(lambda m: setattr(m, "_hf_peft_config_loaded", True))
+    assert "attention implementation" in _refused(
+        lambda m: setattr(m.config, "_attn_implementation", "flex_attention")
+    )
+
+
+def test_training_mode_after_construction_uses_the_models_forward():
+    model = tiny_llama(0)
+    runner = make_runner(model)
+    calls = []
+    model.train()  # attention dropout would apply: the lean runner must not run
+    original = model.forward
+    model.forward = lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    cache = SlotKVCache(model.config, max_batch=1, max_len=8, device=DEVICE, dtype=torch.float64)
+    positions = torch.arange(3, device=DEVICE).unsqueeze(0)
+    mask = cache.prepare(slice(0, 1), positions, None, torch.float64)
+    with torch.inference_mode():
+        runner(torch.tensor([[1, 2, 3]], device=DEVICE), positions, mask, cache, 1)
+    assert calls == [1]
 
 
 def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():

@@ -10,8 +10,11 @@ about a third of its time outside matrix multiplies, and ``generate`` pays all o
 transformers modules) as one Python function over the model's own parameters. It calls the
 same kernels, in the same order, with the same arguments as transformers' modules do (its
 RMSNorm, rotary and attention code is transformers' own), so its logits are bit-identical to
-``model(...)`` (tested); only the Python around the kernels is gone. Any other model, a model
-with hooks, or ``runner="hf"`` uses :class:`HFRunner`, which calls the model itself.
+``model(...)`` (tested); only the Python around the kernels is gone. Any other model (a
+subclassed, quantized, adapted or compiled layer, another attention backend), or
+``runner="hf"``, uses :class:`HFRunner`, which calls the model itself; so does every call made
+while the model has hooks or is in training mode. The runner reads the parameters it found
+when the engine was built: replace weights or add adapters after that and build a new engine.
 """
 
 from __future__ import annotations
@@ -61,27 +64,40 @@ def _llama_reason(model) -> str | None:
     impl = model.config._attn_implementation
     if impl not in ("sdpa", "eager"):
         return f"attention implementation {impl!r}"
+    if getattr(model, "hf_quantizer", None) is not None:
+        return "the model is quantized"
+    if getattr(model, "_hf_peft_config_loaded", False):
+        return "adapters (PEFT/LoRA) are loaded"
     base = model.model
-    stock = [(base.norm, llama.LlamaRMSNorm), (base.rotary_emb, llama.LlamaRotaryEmbedding)]
+    linear, embedding = torch.nn.Linear, torch.nn.Embedding
+    stock = [
+        (base.norm, llama.LlamaRMSNorm),
+        (base.rotary_emb, llama.LlamaRotaryEmbedding),
+        (base.embed_tokens, embedding),
+        (model.lm_head, linear),
+    ]
     if len(base.layers) != model.config.num_hidden_layers:
         return "layer count differs from the config"
     for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
         stock += [
             (layer, llama.LlamaDecoderLayer),
-            (layer.self_attn, llama.LlamaAttention),
-            (layer.mlp, llama.LlamaMLP),
+            (attn, llama.LlamaAttention),
+            (mlp, llama.LlamaMLP),
             (layer.input_layernorm, llama.LlamaRMSNorm),
             (layer.post_attention_layernorm, llama.LlamaRMSNorm),
         ]
+        stock += [(p, linear) for p in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
+        stock += [(p, linear) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
     for module, cls in stock:
-        # A subclass, or a forward replaced on the instance or the class (kernel hubs do
-        # this), computes something this runner does not reproduce.
-        if type(module) is not cls or "forward" in vars(module):
-            return f"{type(module).__name__} is not the stock transformers module"
-    if not isinstance(base.embed_tokens, torch.nn.Embedding) or type(model.lm_head) is not (
-        torch.nn.Linear
-    ):
-        return "embedding or output head is not a plain nn.Embedding / nn.Linear"
+        # A subclass (a LoRA or quantized layer), a forward replaced on the instance (kernel
+        # hubs do this) or a compiled module computes something this runner does not.
+        if (
+            type(module) is not cls
+            or "forward" in vars(module)
+            or getattr(module, "_compiled_call_impl", None) is not None
+        ):
+            return f"{type(module).__name__} is not the stock, uncompiled transformers module"
     if base.embed_tokens.max_norm is not None:
         return "the embedding renormalises (max_norm)"
     if any(hasattr(m, "_hf_hook") for m in model.modules()):
@@ -104,7 +120,7 @@ class LlamaRunner:
     name = "llama"
 
     def __init__(self, model):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
         from transformers.models.llama import modeling_llama as llama
 
         self.model = model
@@ -112,10 +128,8 @@ class LlamaRunner:
         self.hf = HFRunner(model)
         self._modules = list(model.modules())
         self._rotate = llama.apply_rotary_pos_emb
-        if model.config._attn_implementation == "sdpa":
-            self._attention = sdpa_attention_forward
-        else:
-            self._attention = llama.eager_attention_forward
+        self._attention_functions = ALL_ATTENTION_FUNCTIONS
+        self._eager_attention = llama.eager_attention_forward
         base = model.model
         self._embed = base.embed_tokens
         self._rotary = base.rotary_emb
@@ -140,13 +154,18 @@ class LlamaRunner:
             )
 
     def __call__(self, input_ids, positions, mask, cache, logits_to_keep: int = 0):
-        if _has_hooks(self._modules):
-            # Hooks observe or change module calls; only the model's own forward runs them.
+        if self.model.training or _has_hooks(self._modules):
+            # Hooks observe or change module calls, and training mode turns on attention
+            # dropout: only the model's own forward does either.
             return self.hf(input_ids, positions, mask, cache, logits_to_keep)
         batch, width = input_ids.shape
         x = F.embedding(input_ids, self._embed.weight, self._embed.padding_idx)
         cos, sin = self._rotary(x, positions)
-        attention = self._attention
+        # Looked up per call, as transformers does: a registered attention function or a
+        # changed implementation applies here too.
+        attention = self._attention_functions.get_interface(
+            self.model.config._attn_implementation, self._eager_attention
+        )
         for attn, ln1, q_p, k_p, v_p, o_p, ln2, gate, up, down, act in self._layers:
             h = _rms_norm(x, *ln1)
             shape = (batch, width, -1, attn.head_dim)
@@ -160,9 +179,10 @@ class LlamaRunner:
             x = x + F.linear(out, *o_p)
             h = _rms_norm(x, *ln2)
             x = x + F.linear(act(F.linear(h, *gate)) * F.linear(h, *up), *down)
+        x = _rms_norm(x, *self._norm)  # over every column, then sliced, as transformers does
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
-        return F.linear(_rms_norm(x, *self._norm), *self._head)
+        return F.linear(x, *self._head)
 
 
 def make_runner(model, runner: str = "auto"):
