@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specrl.engine.kv import SlotKVCache
-from specrl.engine.runner import RUNNERS, make_runner
+from specrl.engine.runner import check_runner, make_runner
 from specrl.engine.sampling import (
     sample_inverse_cdf,
     token_probs,
@@ -107,8 +107,7 @@ class SpecEngine:
         ):
             if not isinstance(value, int) or value < low:
                 raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
-        if runner not in RUNNERS:
-            raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {runner!r}")
+        check_runner(runner)  # before the models are moved or put in eval mode
         self.device = torch.device(device) if device is not None else target.device
         self.target = target.to(self.device).eval()
         self.draft = draft.to(self.device).eval() if draft is not None else None

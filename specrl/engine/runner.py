@@ -23,9 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as torch_module
 
+from specrl.errors import InvalidRequestError
+
 RUNNERS = ("auto", "hf")
 """``runner=`` values: ``auto`` (lean runner where supported, else the model's forward),
 ``hf`` (always the model's own forward)."""
+
+
+def check_runner(runner: str) -> None:
+    if runner not in RUNNERS:
+        raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {runner!r}")
 
 
 class HFRunner:
@@ -105,15 +112,6 @@ def _llama_reason(model) -> str | None:
     return None
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # transformers' LlamaRMSNorm.forward, op for op.
-    input_dtype = x.dtype
-    x = x.to(torch.float32)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + eps)
-    return weight * x.to(input_dtype)
-
-
 class LlamaRunner:
     """The Llama decoder as one function over the model's parameters (see the module doc)."""
 
@@ -128,12 +126,15 @@ class LlamaRunner:
         self.hf = HFRunner(model)
         self._modules = list(model.modules())
         self._rotate = llama.apply_rotary_pos_emb
+        # transformers' own RMSNorm, called without nn.Module.__call__ (the reason check made
+        # sure every norm is a stock LlamaRMSNorm).
+        self._rms_norm = llama.LlamaRMSNorm.forward
         self._attention_functions = ALL_ATTENTION_FUNCTIONS
         self._eager_attention = llama.eager_attention_forward
         base = model.model
         self._embed = base.embed_tokens
         self._rotary = base.rotary_emb
-        self._norm = (base.norm.weight, base.norm.variance_epsilon)
+        self._norm = base.norm
         self._head = (model.lm_head.weight, model.lm_head.bias)
         self._layers = []
         for layer in base.layers:
@@ -141,13 +142,10 @@ class LlamaRunner:
             self._layers.append(
                 (
                     attn,
-                    (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
+                    layer.input_layernorm,
                     *((p.weight, p.bias) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
                     (attn.o_proj.weight, attn.o_proj.bias),
-                    (
-                        layer.post_attention_layernorm.weight,
-                        layer.post_attention_layernorm.variance_epsilon,
-                    ),
+                    layer.post_attention_layernorm,
                     *((p.weight, p.bias) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)),
                     mlp.act_fn,
                 )
@@ -159,6 +157,7 @@ class LlamaRunner:
             # dropout: only the model's own forward does either.
             return self.hf(input_ids, positions, mask, cache, logits_to_keep)
         batch, width = input_ids.shape
+        rms_norm = self._rms_norm
         x = F.embedding(input_ids, self._embed.weight, self._embed.padding_idx)
         cos, sin = self._rotary(x, positions)
         # Looked up per call, as transformers does: a registered attention function or a
@@ -167,7 +166,7 @@ class LlamaRunner:
             self.model.config._attn_implementation, self._eager_attention
         )
         for attn, ln1, q_p, k_p, v_p, o_p, ln2, gate, up, down, act in self._layers:
-            h = _rms_norm(x, *ln1)
+            h = rms_norm(ln1, x)
             shape = (batch, width, -1, attn.head_dim)
             q = F.linear(h, *q_p).view(shape).transpose(1, 2)
             k = F.linear(h, *k_p).view(shape).transpose(1, 2)
@@ -177,9 +176,9 @@ class LlamaRunner:
             out, _ = attention(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)
             out = out.reshape(batch, width, -1).contiguous()
             x = x + F.linear(out, *o_p)
-            h = _rms_norm(x, *ln2)
+            h = rms_norm(ln2, x)
             x = x + F.linear(act(F.linear(h, *gate)) * F.linear(h, *up), *down)
-        x = _rms_norm(x, *self._norm)  # over every column, then sliced, as transformers does
+        x = rms_norm(self._norm, x)  # over every column, then sliced, as transformers does
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         return F.linear(x, *self._head)
@@ -188,8 +187,7 @@ class LlamaRunner:
 def make_runner(model, runner: str = "auto"):
     """The runner the engine uses for ``model``: :class:`LlamaRunner` where it applies and
     ``runner="auto"``, else :class:`HFRunner`."""
-    if runner not in RUNNERS:
-        raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+    check_runner(runner)
     if runner == "auto" and _llama_reason(model) is None:
         return LlamaRunner(model)
     return HFRunner(model)
