@@ -32,14 +32,20 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
-def check_header(obj, source: str, *, fmt: str, version: int, what: str, remake: str) -> None:
-    """Reject ``obj`` unless it is a JSON object with this ``format`` and ``version``."""
+def check_header(
+    obj, source: str, *, fmt: str, version: int | tuple[int, ...], what: str, remake: str
+) -> None:
+    """Reject ``obj`` unless it is a JSON object with this ``format`` and ``version`` (one of
+    them, for a tuple)."""
     if not isinstance(obj, Mapping):
         raise SpecrlError(f"{source}: expected a JSON object at the top level")
     if obj.get("format") != fmt:
         raise SpecrlError(f"{source}: field 'format' must be {fmt!r}; not a {what}")
-    if obj.get("version") != version:
+    versions = version if isinstance(version, tuple) else (version,)
+    found = obj.get("version")
+    if isinstance(found, bool) or found not in versions:
+        readable = " or ".join(str(v) for v in versions)
         raise SpecrlError(
-            f"{source}: field 'version' is {obj.get('version')!r}; this specrl reads version "
-            f"{version}, {remake}"
+            f"{source}: field 'version' is {found!r}; this specrl reads version "
+            f"{readable}, {remake}"
         )

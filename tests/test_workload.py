@@ -129,6 +129,12 @@ def _write(tmp_path, obj) -> str:
         (lambda t: t["domains"].update(poetry=0.5), r"domains: unknown domain 'poetry'"),
         (lambda t: t.update(requests=[]), r"requests: a trace needs at least one"),
         (lambda t: t["output_lengths"].update(lo=0), r"output_lengths"),
+        (lambda t: t["requests"][1].update(temperature=-0.5), r"requests\[1\]\.temperature"),
+        (lambda t: t["requests"][1].update(temperature=float("nan")), r"\.temperature"),
+        (lambda t: t["requests"][0].update(top_p=0), r"requests\[0\]\.top_p: must be in"),
+        (lambda t: t["requests"][0].update(top_p=1.5), r"requests\[0\]\.top_p: must be in"),
+        (lambda t: t["requests"][0].pop("temperature"), r"requests\[0\].*'temperature'"),
+        (lambda t: t["sampling"].update(hot=1.0), r"sampling: unknown setting 'hot'"),
     ],
 )
 def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, message):
@@ -160,3 +166,55 @@ def test_cli_writes_a_replayable_trace(tmp_path):
     out = tmp_path / "t.json"
     assert main(["workload", "--preset", "bursts", "--seed", "2", "--out", str(out)]) == 0
     assert load_trace(out).to_json() == preset_trace("bursts", seed=2).to_json()
+
+
+def test_version_1_trace_is_read_as_greedy(tmp_path):
+    obj = preset_trace("steady-8", seed=0, n_requests=4).to_json()
+    obj["version"] = 1
+    del obj["sampling"]
+    for r in obj["requests"]:
+        del r["temperature"], r["top_p"]
+    trace = load_trace(_write(tmp_path, obj))
+    assert {(r.temperature, r.top_p) for r in trace.requests} == {(0.0, 1.0)}
+    assert trace.sampling == {"greedy": 1.0}
+
+
+def test_requests_carry_the_sampling_mix():
+    from specrl.workload import SAMPLING_CONFIGS, temperature_band
+
+    trace = preset_trace("steady-8", seed=3, n_requests=600)
+    settings = [(r.temperature, r.top_p) for r in trace.requests]
+    assert set(settings) == set(SAMPLING_CONFIGS.values())
+    for name, config in SAMPLING_CONFIGS.items():
+        share = settings.count(config) / len(settings)
+        assert share == pytest.approx(1 / 3, abs=0.06)
+        assert trace.sampling[name] == pytest.approx(share)
+        assert temperature_band(config[0]) == name
+    greedy_only = preset_trace("steady-8", seed=3, n_requests=50, sampling={"greedy": 1.0})
+    assert {r.temperature for r in greedy_only.requests} == {0.0}
+    with pytest.raises(SpecrlError, match=r"sampling mix.*non-negative weights"):
+        preset_trace("steady-8", n_requests=5, sampling={"hot": 1.0})
+
+
+def test_mixed_preset_shifts_domain_and_sampling_with_the_load():
+    """Busy hours (middle of the trace) lean to code and greedy, quiet hours to prose and
+    sampling, on the day cycle's load."""
+    from specrl.workload import mixed_day
+
+    trace = preset_trace("mixed", seed=0, n_requests=2000, peak=128)
+    n = len(trace.requests)
+    night = trace.requests[: n // 8] + trace.requests[-n // 8 :]
+    noon = trace.requests[3 * n // 8 : 5 * n // 8]
+
+    def share(rs, pred):
+        return sum(map(pred, rs)) / len(rs)
+
+    assert (
+        share(noon, lambda r: r.domain == "code") > share(night, lambda r: r.domain == "code") + 0.2
+    )
+    assert (
+        share(noon, lambda r: r.temperature == 0) > share(night, lambda r: r.temperature == 0) + 0.2
+    )
+    assert max(c for _, c in trace.load["schedule"]) == 128
+    assert mixed_day(0.5)[0]["code"] == pytest.approx(0.6)
+    assert mixed_day(0.0)[1]["greedy"] == pytest.approx(0.15)

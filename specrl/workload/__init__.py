@@ -8,6 +8,7 @@ from specrl.workload.driver import TraceDriver
 from specrl.workload.trace import (
     DOMAINS,
     PRESETS,
+    SAMPLING_CONFIGS,
     LengthDist,
     Request,
     Trace,
@@ -16,16 +17,19 @@ from specrl.workload.trace import (
     is_preset,
     load_trace,
     make_trace,
+    mixed_day,
     preset_trace,
     ramp,
     resolve_prompt,
     steady,
+    temperature_band,
     trace_from_json,
 )
 
 __all__ = [
     "DOMAINS",
     "PRESETS",
+    "SAMPLING_CONFIGS",
     "LengthDist",
     "Request",
     "Trace",
@@ -35,9 +39,11 @@ __all__ = [
     "is_preset",
     "load_trace",
     "make_trace",
+    "mixed_day",
     "preset_trace",
     "ramp",
     "resolve_prompt",
     "steady",
+    "temperature_band",
     "trace_from_json",
 ]

@@ -16,6 +16,10 @@ Lengths (both drawn per request from the trace's seed):
   ``max_new_tokens`` tokens whatever the policy: the work in a trace is fixed.
 * ``prompt_len``: the same clipped lognormal form with its own parameters.
 
+Sampling (format v2): every request carries ``temperature`` (0 = greedy) and ``top_p``, drawn
+from the trace's sampling mix over :data:`SAMPLING_CONFIGS` (see there for where each comes
+from). Version 1 files (no sampling fields) are read as all-greedy.
+
 Load patterns (``Trace.load``):
 
 * closed loop: ``schedule = [[completed, concurrency], ...]`` sorted by ``completed``. Once
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,10 +44,55 @@ from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json
 
 TRACE_FORMAT = "specrl-trace"
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""2: requests carry ``temperature`` and ``top_p``; the trace records its ``sampling`` mix."""
+READABLE_VERSIONS = (1, 2)
 DOMAINS = ("code", "prose", "hard")
 """Prompt domains: held-out code, held-out prose, and a hard domain where the draft is poor.
 Kept equal to ``specrl.models.corpus.DOMAINS`` (a test checks it)."""
+
+SAMPLING_CONFIGS = {
+    "greedy": (0.0, 1.0),
+    "chat": (0.7, 0.9),
+    "default": (1.0, 1.0),
+}
+"""Named ``(temperature, top_p)`` settings that workloads draw requests from.
+
+* ``greedy``: temperature 0. Code completion, agents, tool calls and evaluations usually run
+  greedy (OpenAI's and Anthropic's guides recommend temperature 0 for deterministic tasks).
+* ``chat``: 0.7 / 0.9, between the chat defaults that instruct models ship in their
+  ``generation_config.json``: Llama-3.1-Instruct 0.6 / 0.9, Qwen2.5-Instruct 0.7 / 0.8.
+* ``default``: 1.0 / 1.0, the default of the OpenAI API and of vLLM's ``SamplingParams``,
+  what a client that sets nothing gets.
+
+They are also the profile's temperature bands (``specrl.profile``): acceptance is measured at
+exactly these settings.
+"""
+DEFAULT_SAMPLING = {"greedy": 1 / 3, "chat": 1 / 3, "default": 1 / 3}
+"""The sampling mix of the presets other than ``mixed``. No public trace records sampling
+parameters, so this is an assumption: equal shares, stated and overridable (``sampling=``)."""
+WORK_HOURS = (
+    {"code": 0.6, "prose": 0.3, "hard": 0.1},
+    {"greedy": 0.5, "chat": 0.3, "default": 0.2},
+)
+OFF_HOURS = (
+    {"code": 0.2, "prose": 0.5, "hard": 0.3},
+    {"greedy": 0.15, "chat": 0.5, "default": 0.35},
+)
+"""The ``mixed`` preset's (domain mix, sampling mix) at the busiest and the quietest hour.
+
+Azure's public LLM inference traces (Splitwise, Patel et al., ISCA 2024) come as a coding and
+a conversation service: the coding service's load follows the working day, conversation
+traffic is spread wider. So the busy hours lean to code and greedy decoding, the quiet hours to
+prose and sampled chat. The shares are our assumption, not read from a trace; they were set
+once before any controller was run and not tuned afterwards."""
+
+
+def temperature_band(temperature: float) -> str:
+    """The :data:`SAMPLING_CONFIGS` name whose temperature is nearest (0 only for greedy)."""
+    if temperature <= 0:
+        return "greedy"
+    return "chat" if temperature < 0.85 else "default"
 
 
 @dataclass(frozen=True)
@@ -80,6 +129,9 @@ class Request:
     max_new_tokens: int
     arrival_s: float | None = None
     """Open loop only: arrival on the serving clock, seconds."""
+    temperature: float = 0.0
+    """0 = greedy decoding."""
+    top_p: float = 1.0
 
 
 @dataclass
@@ -87,13 +139,16 @@ class Trace:
     name: str
     seed: int
     domains: dict[str, float]
-    """Domain mix the requests were drawn from (weights sum to 1)."""
+    """Domain mix the requests were drawn from (weights sum to 1; for a mix that shifts
+    through the trace, its average)."""
     load: dict
     """``{"kind": "closed", "schedule": [[completed, concurrency], ...]}`` or
     ``{"kind": "open", "rate_per_s": r}``."""
     prompt_lengths: LengthDist
     output_lengths: LengthDist
     requests: list[Request] = field(default_factory=list)
+    sampling: dict[str, float] = field(default_factory=lambda: {"greedy": 1.0})
+    """Sampling mix over :data:`SAMPLING_CONFIGS` (its average, for a shifting mix)."""
 
     @property
     def closed_loop(self) -> bool:
@@ -123,6 +178,7 @@ class Trace:
             "name": self.name,
             "seed": self.seed,
             "domains": self.domains,
+            "sampling": self.sampling,
             "load": self.load,
             "prompt_lengths": asdict(self.prompt_lengths),
             "output_lengths": asdict(self.output_lengths),
@@ -190,54 +246,94 @@ def day_cycle(
     return sched
 
 
+Mix = Mapping[str, float]
+
+
+def _draw(rng: np.random.Generator, mix, names: Sequence[str], n: int, what: str) -> np.ndarray:
+    """Index into ``names`` per request; ``mix`` is a mapping or ``f(fraction) -> mapping``
+    evaluated at each request's place in the trace (``i / n``)."""
+    mixes = [mix(i / n) for i in range(n)] if callable(mix) else [mix]
+    weights = np.array([[m.get(x, 0.0) for x in names] for m in mixes], dtype=np.float64)
+    unknown = {x for m in mixes for x in m} - set(names)
+    if unknown or np.any(weights < 0) or np.any(weights.sum(axis=1) <= 0):
+        raise SpecrlError(f"{what} mix {mixes[0]!r}: need non-negative weights over {list(names)}")
+    weights /= weights.sum(axis=1, keepdims=True)
+    cdf = np.cumsum(np.broadcast_to(weights, (n, len(names))), axis=1)
+    picks = (rng.random(n)[:, None] >= cdf).sum(axis=1)
+    return np.minimum(picks, len(names) - 1)
+
+
 def make_trace(
     *,
     name: str,
     seed: int,
     n_requests: int,
     load: dict,
-    domains: Mapping[str, float] | None = None,
+    domains: Mix | Callable[[float], Mix] | None = None,
+    sampling: Mix | Callable[[float], Mix] | None = None,
     prompt_lengths: LengthDist | None = None,
     output_lengths: LengthDist | None = None,
     stream_len: int = 1 << 20,
 ) -> Trace:
     """Draw a trace. ``load`` is ``{"kind": "closed", "schedule": ...}`` or
-    ``{"kind": "open", "rate_per_s": r}``; for open loop, arrivals are a Poisson process."""
+    ``{"kind": "open", "rate_per_s": r}``; for open loop, arrivals are a Poisson process.
+    ``domains`` (over :data:`DOMAINS`) and ``sampling`` (over :data:`SAMPLING_CONFIGS`) are
+    mixes, or functions of the request's place in the trace (0 to 1) returning one."""
+    if n_requests < 1:
+        raise SpecrlError(f"trace {name!r}: need n_requests >= 1")
     rng = np.random.default_rng(seed)
-    mix = dict(domains or {"code": 1 / 3, "prose": 1 / 3, "hard": 1 / 3})
     prompt_lengths = prompt_lengths or DEFAULT_PROMPT_LENGTHS
     output_lengths = output_lengths or DEFAULT_OUTPUT_LENGTHS
-    names = list(mix)
-    weights = np.array([mix[d] for d in names], dtype=np.float64)
-    if n_requests < 1 or np.any(weights < 0) or weights.sum() <= 0:
-        raise SpecrlError(f"trace {name!r}: need n_requests >= 1 and non-negative domain weights")
-    weights /= weights.sum()
-    dom = rng.choice(len(names), size=n_requests, p=weights)
+    dom = _draw(rng, domains or {d: 1 / 3 for d in DOMAINS}, DOMAINS, n_requests, "domain")
     offsets = rng.integers(0, stream_len, size=n_requests)
     plen = prompt_lengths.sample(rng, n_requests)
     olen = output_lengths.sample(rng, n_requests)
+    configs = list(SAMPLING_CONFIGS)
+    samp = _draw(rng, sampling or DEFAULT_SAMPLING, configs, n_requests, "sampling")
     arrivals: list[float | None] = [None] * n_requests
     if load.get("kind") == "open":
         gaps = rng.exponential(1.0 / float(load["rate_per_s"]), size=n_requests)
         arrivals = [round(float(t), 6) for t in np.cumsum(gaps)]
     requests = [
-        Request(names[dom[i]], int(offsets[i]), int(plen[i]), int(olen[i]), arrivals[i])
+        Request(
+            DOMAINS[dom[i]],
+            int(offsets[i]),
+            int(plen[i]),
+            int(olen[i]),
+            arrivals[i],
+            *SAMPLING_CONFIGS[configs[samp[i]]],
+        )
         for i in range(n_requests)
     ]
     trace = Trace(
         name=name,
         seed=seed,
-        domains={d: float(w) for d, w in zip(names, weights, strict=True)},
+        domains={d: float(np.mean(dom == i)) for i, d in enumerate(DOMAINS)},
         load=load,
         prompt_lengths=prompt_lengths,
         output_lengths=output_lengths,
         requests=requests,
+        sampling={c: float(np.mean(samp == i)) for i, c in enumerate(configs)},
     )
     return trace_from_json(trace.to_json(), source=f"trace {name!r}")
 
 
-PRESETS = ("steady-1", "steady-8", "steady-64", "ramp", "bursts", "day", "poisson")
-"""Named workloads; ``steady-N`` works for any N."""
+def _blend(a: Mix, b: Mix, w: float) -> dict[str, float]:
+    return {x: (1 - w) * a.get(x, 0.0) + w * b.get(x, 0.0) for x in {*a, *b}}
+
+
+def mixed_day(fraction: float, cycles: int = 1) -> tuple[dict, dict]:
+    """The ``mixed`` preset's (domain mix, sampling mix) at ``fraction`` of the trace: from
+    :data:`OFF_HOURS` at night to :data:`WORK_HOURS` at noon, on the same raised cosine as
+    :func:`day_cycle`'s load."""
+    w = (1 - math.cos(2 * math.pi * fraction * cycles)) / 2
+    return _blend(OFF_HOURS[0], WORK_HOURS[0], w), _blend(OFF_HOURS[1], WORK_HOURS[1], w)
+
+
+PRESETS = ("mixed", "steady-1", "steady-8", "steady-64", "ramp", "bursts", "day", "poisson")
+"""Named workloads; ``steady-N`` works for any N. ``mixed`` (the default) is a day of traffic:
+the day cycle's load, with the domain and sampling mix shifting with the hour
+(:func:`mixed_day`); the others draw from fixed mixes."""
 
 
 def is_preset(name: str) -> bool:
@@ -249,7 +345,7 @@ def preset_trace(
     preset: str, seed: int = 0, n_requests: int | None = None, peak: int = 64, **kwargs
 ) -> Trace:
     """A named workload. ``peak`` caps the concurrency of every closed-loop pattern;
-    ``kwargs`` go to :func:`make_trace` (domains, prompt_lengths, output_lengths)."""
+    ``kwargs`` go to :func:`make_trace` (domains, sampling, prompt_lengths, output_lengths)."""
     if not is_preset(preset):
         raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if preset.startswith("steady-"):
@@ -265,6 +361,11 @@ def preset_trace(
     elif preset == "day":
         n = n_requests or 4 * peak
         load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
+    elif preset == "mixed":
+        n = n_requests or 4 * peak
+        load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
+        kwargs.setdefault("domains", lambda f: mixed_day(f)[0])
+        kwargs.setdefault("sampling", lambda f: mixed_day(f)[1])
     else:
         n = n_requests or 64
         load = {"kind": "open", "rate_per_s": kwargs.pop("rate_per_s", 8.0)}
@@ -302,7 +403,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         obj,
         source,
         fmt=TRACE_FORMAT,
-        version=TRACE_VERSION,
+        version=READABLE_VERSIONS,
         what="specrl trace",
         remake=f"regenerate it with `specrl workload --preset NAME --out {source}`",
     )
@@ -314,6 +415,15 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
             raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {DOMAINS}")
         if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
             raise SpecrlError(f"{source}.domains.{d}: weight must be a number >= 0")
+    v1 = obj["version"] == 1
+    sampling = {"greedy": 1.0} if v1 else _field(obj, "sampling", dict, source)
+    for c, w in sampling.items():
+        if c not in SAMPLING_CONFIGS:
+            raise SpecrlError(
+                f"{source}.sampling: unknown setting {c!r}; known: {list(SAMPLING_CONFIGS)}"
+            )
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+            raise SpecrlError(f"{source}.sampling.{c}: weight must be a number >= 0")
     load = _field(obj, "load", dict, source)
     kind = _field(load, "kind", str, f"{source}.load")
     if kind == "closed":
@@ -364,8 +474,28 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
             last_arrival = arrival
         elif "arrival_s" in r:
             raise SpecrlError(f"{where}.arrival_s: closed-loop traces take no arrival times")
-        requests.append(Request(domain, offset, plen, olen, arrival))
-    return Trace(name, seed, dict(domains), dict(load), prompt_lengths, output_lengths, requests)
+        temperature, top_p = 0.0, 1.0
+        if not v1:
+            temperature = float(_field(r, "temperature", (int, float), where))
+            top_p = float(_field(r, "top_p", (int, float), where))
+            if not (math.isfinite(temperature) and temperature >= 0):
+                raise SpecrlError(
+                    f"{where}.temperature: must be a finite number >= 0 (0 = greedy), got "
+                    f"{temperature!r}"
+                )
+            if not 0 < top_p <= 1:
+                raise SpecrlError(f"{where}.top_p: must be in (0, 1], got {top_p!r}")
+        requests.append(Request(domain, offset, plen, olen, arrival, temperature, top_p))
+    return Trace(
+        name,
+        seed,
+        dict(domains),
+        dict(load),
+        prompt_lengths,
+        output_lengths,
+        requests,
+        dict(sampling),
+    )
 
 
 def load_trace(path: str | Path) -> Trace:
