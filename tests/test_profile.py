@@ -44,9 +44,31 @@ def _bad(tmp_path, edit) -> str:
         (lambda p: p.pop("verify_s"), r"missing field 'verify_s'"),
         (lambda p: p["verify_s"][2].pop(), r"verify_s\[2\]: expected a list of 5"),
         (lambda p: p["draft_s"][0][1].__setitem__(0, -1.0), r"draft_s\[0\]\[1\]\[0\]"),
-        (lambda p: p["acceptance"]["code"].__setitem__(1, 1.5), r"acceptance\.code.*\[0, 1\]"),
-        (lambda p: p["acceptance"].update(poetry=[0.5] * 4), r"unknown domain 'poetry'"),
-        (lambda p: p.update(batch_sizes=[2, 4, 8, 16, 32, 64, 128]), r"batch_sizes"),
+        (
+            lambda p: p["acceptance"]["code"]["chat"].__setitem__(1, 1.5),
+            r"acceptance\.code\.chat.*\[0, 1\]",
+        ),
+        (
+            lambda p: p["acceptance"].update(poetry={"greedy": [0.5] * 4}),
+            r"unknown domain 'poetry'",
+        ),
+        (
+            lambda p: p["acceptance"]["code"].update(hot=[0.5] * 4),
+            r"acceptance\.code: unknown temperature band 'hot'",
+        ),
+        (
+            lambda p: p["acceptance"]["prose"].pop("default"),
+            r"acceptance\.prose: expected the bands",
+        ),
+        (
+            lambda p: p["request_levels"]["hard"].update(greedy=[0.5, float("nan")]),
+            r"request_levels\.hard\.greedy: expected a non-empty sorted list",
+        ),
+        (
+            lambda p: p["request_levels"]["hard"].update(greedy=[0.5, -0.5]),
+            r"request_levels\.hard\.greedy: expected a non-empty sorted list",
+        ),
+        (lambda p: p.update(batch_sizes=[2, 4, 8, 16, 32, 64, 128, 256]), r"batch_sizes"),
         (lambda p: p.update(k_max="4"), r"k_max"),
         (lambda p: p.update(version=0), r"'version' is 0"),
         (lambda p: p["catchup"].update(tokens=[9.0, 3.0]), r"catchup\.tokens: must be sorted"),
@@ -59,8 +81,8 @@ def _bad(tmp_path, edit) -> str:
             r"acceptance_by_output\.rates: expected the domains \['code', 'hard', 'prose'\]",
         ),
         (
-            lambda p: p["acceptance_by_output"]["rates"]["code"][1].__setitem__(0, 2.0),
-            r"acceptance_by_output\.rates\.code: acceptance rates must lie in \[0, 1\]",
+            lambda p: p["acceptance_by_output"]["rates"]["code"]["greedy"][1].__setitem__(0, 2.0),
+            r"acceptance_by_output\.rates\.code\.greedy: acceptance rates must lie in \[0, 1\]",
         ),
     ],
 )
@@ -131,15 +153,19 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
     assert loaded.batch_sizes == [1, 2] and loaded.k_max == 2
     assert loaded.fingerprint == pair_fingerprint(micro_pair, k_max=2)
     assert set(loaded.acceptance) == {"code", "prose", "hard"}
-    for counts in loaded.acceptance_counts.values():
+    assert loaded.bands == ["greedy", "chat", "default"]
+    for counts in (c for by_band in loaded.acceptance_counts.values() for c in by_band.values()):
         assert counts["drafted_per_position"][0] > 0
         # The per-bucket counts add up to the pooled ones; 40 tokens reach bucket [32, 64).
         by = counts["drafted_by_output"]
         assert [sum(col) for col in zip(*by)] == counts["drafted_per_position"]
         assert by[2][0] > 0 and by[4] == [0, 0]
     assert loaded.acceptance_by_output["edges"] == [16, 32, 64, 128]
-    for rates in loaded.acceptance_by_output["rates"].values():
-        assert len(rates) == 5 and all(0 <= r <= 1 for row in rates for r in row)
+    for by_band in loaded.acceptance_by_output["rates"].values():
+        for rates in by_band.values():
+            assert len(rates) == 5 and all(0 <= r <= 1 for row in rates for r in row)
+    for by_band in loaded.request_levels.values():
+        assert all(q == sorted(q) and len(q) == 33 for q in by_band.values())
     assert all(v > 0 for row in loaded.verify_s for per_k in row for v in per_k)
     assert all(loaded.draft_s[b][0] == [0.0, 0.0] for b in range(2))
     assert loaded.contexts[0] > 8 and loaded.contexts[1] > 40
@@ -156,8 +182,8 @@ def test_acceptance_sample_draws_workload_lengths_and_serves_every_request(micro
 
     streams = token_streams(micro_pair.tokenizer, domains=("code",))
 
-    def counts(seed):
-        return _acceptance(
+    def counts(seed, band="chat"):
+        counts, steps = _acceptance(
             micro_pair,
             streams,
             k_max=2,
@@ -166,11 +192,56 @@ def test_acceptance_sample_draws_workload_lengths_and_serves_every_request(micro
             rows=5,
             new_tokens=None,
             domains=["code"],
+            bands=[band],
             max_batch=2,
-        )["code"]
+        )
+        # Every request's steps are kept: (request, bucket, drafted, accepted).
+        assert len(np.unique(steps["code"][band][:, 0])) == 5
+        assert steps["code"][band][:, 3].sum() == sum(counts["code"][band]["accepted_per_position"])
+        return counts["code"][band]
 
     first = counts(0)
     # Outputs are >= 8 tokens, so every request drafts at least once.
     assert first["drafted_per_position"][0] >= 5
     assert [sum(col) for col in zip(*first["drafted_by_output"])] == first["drafted_per_position"]
     assert counts(0) == first
+
+
+def test_request_offsets_recover_levels_and_shrink_noise():
+    """Requests with known logit offsets: the fit ranks them and recovers their spread; with no
+    spread at all (every request alike) the shrinkage pulls the noisy raw offsets to ~0."""
+    import numpy as np
+
+    from specrl.profile.measure import request_offsets
+
+    rng = np.random.default_rng(0)
+    base = [[0.6, 0.6]]  # one bucket, conditional 0.6 at both positions
+
+    def simulate(levels, steps_per_request=60):
+        rows = []
+        for rid, level in enumerate(levels):
+            p = 1 / (1 + np.exp(-(np.log(0.6 / 0.4) + level)))
+            for _ in range(steps_per_request):
+                ok = rng.random(2) < p
+                rows.append((rid, 0, 2, int(ok[0]) + int(ok[0] and ok[1])))
+        return np.array(rows)
+
+    true = rng.normal(0.0, 1.5, size=300)
+    fitted = request_offsets(simulate(true), base)
+    assert np.corrcoef(true, fitted)[0, 1] > 0.9
+    assert np.std(fitted) == pytest.approx(1.5, rel=0.2)
+    alike = request_offsets(simulate(np.zeros(300), steps_per_request=10), base)
+    assert np.std(alike) < 0.25  # raw offsets of 10 two-token steps spread about 0.6
+
+
+def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
+    from specrl.profile.freshness import CellCheck, FreshnessReport
+
+    ok = FreshnessReport([CellCheck(1, 0, 0.010, 0.0110), CellCheck(8, 4, 0.020, 0.0175)])
+    assert ok.fresh and ok.worst.batch == 8
+    stale = FreshnessReport([CellCheck(1, 0, 0.010, 0.0110), CellCheck(64, 4, 0.100, 0.180)])
+    assert not stale.fresh
+    message = stale.message("p.json")
+    assert "up to 80% (batch 64, K=4: 180.00 ms now, 100.00 ms" in message
+    assert "specrl profile --out" in message
+    assert stale.format().splitlines()[2] == "| 1 | 0 | 10.00 | 11.00 | 1.10 |"

@@ -261,6 +261,7 @@ class SpecEngine:
         contexts = [r.seq_len for r in rows]
         stats.mean_context = sum(contexts) / len(contexts)
         stats.max_context = max(contexts)
+        stats.row_request_ids = [r.request_id for r in rows]
         stats.row_generated = [r.generated for r in rows]
 
         k_eff = [

@@ -50,6 +50,8 @@ class StepStats:
     max_context: int = 0
     admitted: int = 0
     finished: int = 0
+    row_request_ids: list[int] = field(default_factory=list)
+    """Per decoded row (batch order): the request's id."""
     row_generated: list[int] = field(default_factory=list)
     """Per decoded row (batch order): tokens it had generated before this step's decode."""
     row_drafted: list[int] = field(default_factory=list)

@@ -18,13 +18,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--out", metavar="PROFILE.json", help="measure and write here")
     what.add_argument("--show", metavar="PROFILE.json", help="print a profile's table")
+    what.add_argument(
+        "--check",
+        metavar="PROFILE.json",
+        help="time a few cells now (about 10 s) and print them beside the profile's figures; "
+        "exit 1 when a step time differs by more than 15%%",
+    )
     parser.add_argument("--preset", default="small", help="default pair to measure (small)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
     parser.add_argument("--k-max", type=int, default=4)
-    parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument(
         "--contexts",
         type=positive_ints,
@@ -44,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.check:
+        return _check(args)
     if args.show:
         profile = load_profile(args.show)
     else:
@@ -69,8 +77,35 @@ def run(args: argparse.Namespace) -> int:
         f"prompts from all domains (bold: best K)"
     )
     print(format_table(profile))
-    rates = ", ".join(
-        f"{d} " + "/".join(f"{a:.2f}" for a in r) for d, r in profile.acceptance.items()
-    )
-    print(f"acceptance by position (conditional): {rates}")
+    print("acceptance by position (conditional):")
+    for d, by_band in profile.acceptance.items():
+        rates = ", ".join(f"{b} " + "/".join(f"{a:.2f}" for a in r) for b, r in by_band.items())
+        print(f"  {d}: {rates}")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from specrl.models.pair import load_default_pair
+    from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+    from specrl.profile.freshness import TOLERANCE, check_freshness
+    from specrl.profile.schema import load_profile
+
+    profile = load_profile(args.check)
+    pair = load_default_pair(args.preset, device=args.device)
+    check_compatible(
+        profile,
+        pair_fingerprint(pair, k_max=profile.k_max, device=args.device),
+        force=True,
+        source=args.check,
+    )
+    report = check_freshness(profile, pair, device=args.device, seed=args.seed)
+    print(
+        f"{args.check} (measured {profile.meta.get('created', '?')} on "
+        f"{profile.fingerprint.get('device')}), timed now in {report.seconds:.1f} s:"
+    )
+    print(report.format())
+    if report.fresh:
+        print(f"fresh: every cell within {TOLERANCE:.0%} of the profile")
+        return 0
+    print(report.message(args.check))
+    return 1

@@ -10,14 +10,22 @@ the medians absorb it. Tables are then made non-decreasing in context and in bat
 step never gets cheaper with more work; what says otherwise is noise). A warm-up cell runs
 first and is discarded.
 
-Acceptance: per domain, 512 requests with prompt and output lengths drawn like the preset
-workloads' are decoded greedily at K=k_max, 128 at a time; per-position accepted / drafted
-counts give the conditional rates, pooled and by how many tokens the row had generated
-(``OUTPUT_EDGES``): the default pair's target drifts into repetition as it generates, which its
-draft predicts well, so acceptance climbs with output length. Sparse buckets are shrunk toward
-the pooled rates. Acceptance is strongly per request, so the sample is large: with 128
-requests of 160 tokens, the surrogate's acceptance on the validation traces read 0.04-0.09
-below the live engine's; with 512 it reads within 0.04.
+The timing cells' rows rotate through the domains and through the sampling settings
+(:data:`~specrl.workload.trace.SAMPLING_CONFIGS`), as workload traffic does: sampled rows make
+verification build distributions (softmax, top-p sort), which greedy rows skip.
+
+Acceptance: per domain and temperature band (each of ``SAMPLING_CONFIGS``), requests with
+prompt and output lengths drawn like the preset workloads' are decoded at K=k_max, 128 at a
+time; per-position accepted / drafted counts give the conditional rates, pooled and by how
+many tokens the row had generated (``OUTPUT_EDGES``): the default pair's target drifts into
+repetition as it generates, which its draft predicts well, so acceptance climbs with output
+length. Sparse buckets are shrunk toward the pooled rates.
+
+Acceptance is strongly per request (a request whose greedy continuation loops accepts about
+0.95 throughout). Each request's level is recorded as the logit offset that makes the group's
+rates reproduce its accepted count, shrunk toward 0 by its sampling noise (empirical Bayes);
+the profile keeps their quantiles (``request_levels``), and the surrogate gives each request a
+persistent level drawn from them.
 """
 
 from __future__ import annotations
@@ -35,16 +43,25 @@ from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import pair_fingerprint
 from specrl.profile.schema import Profile
 from specrl.profile.synthetic import expected_tokens_per_row
-from specrl.workload.trace import DEFAULT_OUTPUT_LENGTHS, DEFAULT_PROMPT_LENGTHS, DOMAINS
+from specrl.workload.trace import (
+    DEFAULT_OUTPUT_LENGTHS,
+    DEFAULT_PROMPT_LENGTHS,
+    DOMAINS,
+    SAMPLING_CONFIGS,
+)
 
 OUTPUT_EDGES = (16, 32, 64, 128)
 """Acceptance buckets by tokens generated so far: [0, 16), [16, 32), ..., [128, inf)."""
 SHRINK_TOKENS = 32
 """Prior weight, in drafted tokens, pulling a bucket's rate toward the pooled rate."""
-ACCEPTANCE_ROWS = 512
-"""Requests decoded per domain to measure acceptance. Acceptance is strongly per request (a
-request whose target output loops accepts about 0.95 throughout), so the sample must hold many
-requests (see the module docstring)."""
+ACCEPTANCE_ROWS = 384
+"""Requests decoded per domain and temperature band to measure acceptance. Acceptance is
+strongly per request, so the sample must hold many requests: with 128 requests per domain the
+surrogate read the live engine's acceptance 0.04-0.09 low, with 512 within 0.04."""
+LEVEL_QUANTILES = 33
+"""Quantiles of the per-request logit offsets kept in the profile."""
+LEVEL_BOUND = 6.0
+"""Per-request logit offsets are fitted within +-6 (a rate of 0.5 moves to 0.0025 or 0.9975)."""
 ACCEPTANCE_BATCH = 128
 """How many of them run at once (continuous batching serves the rest as rows free up)."""
 PLAIN_STEPS = 3
@@ -103,8 +120,16 @@ class _Cell:
             k_max=k_max,
             device=device,
         )
-        for prompt in _prompts(streams, [context] * batch, rng, DOMAINS):
-            self.engine.add(prompt, max_new_tokens=self.new_tokens)
+        configs = list(SAMPLING_CONFIGS.values())
+        for i, prompt in enumerate(_prompts(streams, [context] * batch, rng, DOMAINS)):
+            temperature, top_p = configs[i % len(configs)]
+            self.engine.add(
+                prompt,
+                max_new_tokens=self.new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=int(rng.integers(2**62)),
+            )
         self.admission = _sample(self.engine.step(0))
         self.samples = [_sample(self.engine.step(k_max))]
 
@@ -122,47 +147,125 @@ def _acceptance(
     rows: int,
     new_tokens: int | None,
     domains: Sequence[str],
+    bands: Sequence[str] = tuple(SAMPLING_CONFIGS),
     edges: Sequence[int] = OUTPUT_EDGES,
     max_batch: int = ACCEPTANCE_BATCH,
-) -> dict:
-    """Per domain: greedy decoding at K=k_max of ``rows`` requests whose prompt and output
-    lengths are drawn like the preset workloads' (or ``new_tokens`` each, when given), served
-    ``max_batch`` at a time; per-position accepted and drafted counts, pooled and per bucket of
-    tokens generated so far (``edges``)."""
-    counts = {}
+    progress=None,
+) -> tuple[dict, dict]:
+    """Per domain and band: decoding at K=k_max of ``rows`` requests (the band's temperature
+    and top-p) whose prompt and output lengths are drawn like the preset workloads' (or
+    ``new_tokens`` each, when given), served ``max_batch`` at a time. Returns per-position
+    accepted and drafted counts, pooled and per bucket of tokens generated so far (``edges``),
+    and every request's steps as ``(bucket, drafted, accepted)`` arrays."""
+    counts: dict = {d: {} for d in domains}
+    steps: dict = {d: {} for d in domains}
     n_buckets = len(edges) + 1
     for domain in domains:
-        lengths = DEFAULT_PROMPT_LENGTHS.sample(rng, rows)
-        if new_tokens is None:
-            outputs = DEFAULT_OUTPUT_LENGTHS.sample(rng, rows)
-        else:
-            outputs = np.full(rows, new_tokens)
-        engine = _engine(
-            pair,
-            max_batch=min(rows, max_batch),
-            max_len=int(lengths.max()) + int(outputs.max()) + k_max + 2,
-            k_max=k_max,
-            device=device,
-        )
-        for prompt, n_out in zip(_prompts(streams, lengths, rng, [domain]), outputs, strict=True):
-            engine.add(prompt, max_new_tokens=int(n_out))
-        acc = [[0] * k_max for _ in range(n_buckets)]
-        drafted = [[0] * k_max for _ in range(n_buckets)]
-        while engine.has_work:
-            s = engine.step(k_max)
-            for g, d, a in zip(s.row_generated, s.row_drafted, s.row_accepted, strict=True):
-                bucket = bisect.bisect_right(edges, g)
-                for i in range(d):
-                    drafted[bucket][i] += 1
-                for i in range(a):
-                    acc[bucket][i] += 1
-        counts[domain] = {
-            "accepted_per_position": [sum(col) for col in zip(*acc)],
-            "drafted_per_position": [sum(col) for col in zip(*drafted)],
-            "accepted_by_output": acc,
-            "drafted_by_output": drafted,
-        }
-    return counts
+        for band in bands:
+            temperature, top_p = SAMPLING_CONFIGS[band]
+            lengths = DEFAULT_PROMPT_LENGTHS.sample(rng, rows)
+            if new_tokens is None:
+                outputs = DEFAULT_OUTPUT_LENGTHS.sample(rng, rows)
+            else:
+                outputs = np.full(rows, new_tokens)
+            engine = _engine(
+                pair,
+                max_batch=min(rows, max_batch),
+                max_len=int(lengths.max()) + int(outputs.max()) + k_max + 2,
+                k_max=k_max,
+                device=device,
+            )
+            prompts = _prompts(streams, lengths, rng, [domain])
+            for prompt, n_out in zip(prompts, outputs, strict=True):
+                engine.add(
+                    prompt,
+                    max_new_tokens=int(n_out),
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=int(rng.integers(2**62)),
+                )
+            acc = [[0] * k_max for _ in range(n_buckets)]
+            drafted = [[0] * k_max for _ in range(n_buckets)]
+            per_request: list[tuple[int, int, int, int]] = []  # request, bucket, drafted, acc
+            while engine.has_work:
+                s = engine.step(k_max)
+                for rid, g, d, a in zip(
+                    s.row_request_ids, s.row_generated, s.row_drafted, s.row_accepted, strict=True
+                ):
+                    bucket = bisect.bisect_right(edges, g)
+                    for i in range(d):
+                        drafted[bucket][i] += 1
+                    for i in range(a):
+                        acc[bucket][i] += 1
+                    if d:
+                        per_request.append((rid, bucket, d, a))
+            counts[domain][band] = {
+                "accepted_per_position": [sum(col) for col in zip(*acc)],
+                "drafted_per_position": [sum(col) for col in zip(*drafted)],
+                "accepted_by_output": acc,
+                "drafted_by_output": drafted,
+            }
+            steps[domain][band] = np.array(per_request, dtype=np.int64).reshape(-1, 4)
+            if progress is not None:
+                progress()
+    return counts, steps
+
+
+def _expected_accepted(logits: np.ndarray, drafted: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Per step: expected accepted draft tokens with conditional rates
+    ``sigmoid(logits + offset)`` over the first ``drafted`` positions.
+
+    logits: [S, K]; drafted: [S]; offset: [S]. Returns [S]."""
+    rates = 1.0 / (1.0 + np.exp(-(logits + offset[:, None])))
+    allowed = np.arange(logits.shape[1])[None, :] < drafted[:, None]
+    return (np.cumprod(rates, axis=1) * allowed).sum(axis=1)
+
+
+def _logit(p) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def request_offsets(steps: np.ndarray, rates: Sequence[Sequence[float]]) -> np.ndarray:
+    """Each request's acceptance level as a logit offset from the group's ``rates`` (conditional,
+    [bucket][position]), shrunk toward 0 by its sampling noise.
+
+    ``steps``: [S, 4] rows of (request, bucket, drafted, accepted). The raw offset makes the
+    request's expected accepted count equal its observed one (bisection within
+    :data:`LEVEL_BOUND`). A request with few drafted tokens has a noisy raw offset, and the
+    surrogate's own per-token draws add that noise again, so each offset is shrunk by
+    ``tau^2 / (tau^2 + v_r)``: ``v_r`` is the offset's sampling variance (1 / Fisher
+    information of the accepted count), ``tau^2`` the spread between requests net of it."""
+    if len(steps) == 0:
+        return np.zeros(0)
+    ids, inverse = np.unique(steps[:, 0], return_inverse=True)
+    logits = _logit(rates)[steps[:, 1]]  # [S, K]
+    drafted, accepted = steps[:, 2], steps[:, 3].astype(np.float64)
+    observed = np.bincount(inverse, weights=accepted)
+    lo = np.full(len(ids), -LEVEL_BOUND)
+    hi = np.full(len(ids), LEVEL_BOUND)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        expected = np.bincount(inverse, weights=_expected_accepted(logits, drafted, mid[inverse]))
+        below = expected < observed
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    raw = (lo + hi) / 2
+    # Fisher information of the offset, numerically: d expected / d offset.
+    h = 1e-3
+    slope = (
+        np.bincount(inverse, weights=_expected_accepted(logits, drafted, raw[inverse] + h))
+        - np.bincount(inverse, weights=_expected_accepted(logits, drafted, raw[inverse] - h))
+    ) / (2 * h)
+    noise = 1.0 / np.maximum(slope, 1e-3)
+    tau2 = max(0.0, float(np.var(raw) - np.mean(np.minimum(noise, LEVEL_BOUND**2))))
+    return raw * tau2 / (tau2 + noise)
+
+
+def _quantiles(values: np.ndarray, n: int = LEVEL_QUANTILES) -> list[float]:
+    if len(values) == 0:
+        return [0.0] * n
+    return [round(float(q), 4) for q in np.quantile(values, (np.arange(n) + 0.5) / n)]
 
 
 def conditional_rates(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]:
@@ -219,7 +322,7 @@ def measure_profile(
     pair,
     *,
     k_max: int = 4,
-    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
     contexts: Sequence[int] = (16, 128, 256),
     reps: int = 5,
     streams: dict[str, list[int]] | None = None,
@@ -253,7 +356,8 @@ def measure_profile(
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     keys = [(b, c) for c in contexts for b in batch_sizes]
-    bar = tqdm(total=len(keys) + reps + 2, desc="profile", disable=not progress)
+    groups = len(DOMAINS) * len(SAMPLING_CONFIGS)
+    bar = tqdm(total=len(keys) + reps + 1 + groups, desc="profile", disable=not progress)
     kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng}
     _Cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw).run_round()  # warm-up
     bar.update()
@@ -272,7 +376,7 @@ def measure_profile(
     samples = {key: [cell.admission, *cell.samples] for key, cell in cells.items()}
     del cells
     bar.set_postfix_str("acceptance")
-    counts = _acceptance(
+    counts, steps = _acceptance(
         pair,
         streams,
         k_max=k_max,
@@ -281,10 +385,10 @@ def measure_profile(
         rows=acceptance_rows,
         new_tokens=acceptance_tokens,
         domains=DOMAINS,
+        progress=bar.update,
     )
-    bar.update()
     bar.close()
-    profile = _tabulate(samples, batch_sizes, contexts, k_max, counts)
+    profile = _tabulate(samples, batch_sizes, contexts, k_max, counts, steps)
     profile.fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
     profile.meta = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -314,7 +418,7 @@ def _monotone(table: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(_pava, axis, table)
 
 
-def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
+def _tabulate(samples, batch_sizes, contexts, k_max, counts, request_steps) -> Profile:
     nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
     verify = np.zeros((nb, nk, nc))
     draft = np.zeros((nb, nk, nc))
@@ -354,15 +458,34 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
             "--contexts further apart"
         )
     acceptance = {
-        d: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
-        for d, c in counts.items()
+        d: {
+            band: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
+            for band, c in by_band.items()
+        }
+        for d, by_band in counts.items()
     }
     by_output = {
         "edges": list(OUTPUT_EDGES),
-        "rates": {d: _bucket_rates(c) for d, c in counts.items()},
+        "rates": {
+            d: {band: _bucket_rates(c) for band, c in by_band.items()}
+            for d, by_band in counts.items()
+        },
+    }
+    levels = {
+        d: {
+            band: _quantiles(request_offsets(request_steps[d][band], by_output["rates"][d][band]))
+            for band in by_band
+        }
+        for d, by_band in counts.items()
     }
     per_row = [
-        np.mean([expected_tokens_per_row(rates, k) for rates in acceptance.values()])
+        np.mean(
+            [
+                expected_tokens_per_row(rates, k)
+                for by_band in acceptance.values()
+                for rates in by_band.values()
+            ]
+        )
         for k in range(nk)
     ]
     step = verify[:, :, 0] + draft[:, :, 0] + overhead  # [batch, k]
@@ -381,6 +504,7 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts) -> Profile:
         acceptance=acceptance,
         acceptance_by_output=by_output,
         acceptance_counts=counts,
+        request_levels=levels,
         tokens_per_s=tokens_per_s.tolist(),
     )
 

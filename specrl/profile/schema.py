@@ -16,11 +16,17 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 * ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``: the target's prompt
   prefill and the draft's catch-up forward by padded tokens, a robust line (Theil-Sen)
   through the measurements, evaluated at the measured token counts.
-* ``acceptance[domain][i]``: probability that draft token ``i`` (0-based) is accepted given
-  tokens ``0..i-1`` were (greedy decoding), from ``acceptance_counts``.
-* ``acceptance_by_output``: ``{"edges": [e_1, ...], "rates": {domain: [[rate per position]
-  per bucket]}}``: the same conditional rates by tokens the row had generated before the
-  step, bucket ``j`` covering ``[e_j, e_{j+1})`` (``e_0 = 0``, the last open-ended).
+* ``acceptance[domain][band][i]``: probability that draft token ``i`` (0-based) is accepted
+  given tokens ``0..i-1`` were, for requests of temperature band ``band`` (a name of
+  :data:`~specrl.workload.trace.SAMPLING_CONFIGS`: ``greedy``, ``chat``, ``default``), from
+  ``acceptance_counts[domain][band]``.
+* ``acceptance_by_output``: ``{"edges": [e_1, ...], "rates": {domain: {band: [[rate per
+  position] per bucket]}}}``: the same conditional rates by tokens the row had generated
+  before the step, bucket ``j`` covering ``[e_j, e_{j+1})`` (``e_0 = 0``, the last
+  open-ended).
+* ``request_levels[domain][band]``: sorted quantiles (at ``(i + 0.5) / n``) of the
+  per-request acceptance level, a logit offset added to every conditional rate of the
+  request (see :func:`specrl.profile.measure.request_offsets`).
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
   step (``E`` from the measured acceptance, averaged over the domains) over the step time
   at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
@@ -37,12 +43,12 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json
-from specrl.workload.trace import DOMAINS
+from specrl.workload.trace import DOMAINS, SAMPLING_CONFIGS
 
 PROFILE_FORMAT = "specrl-profile"
-PROFILE_VERSION = 2
-"""2: acceptance by output position (``acceptance_by_output``); the prefill commits the first
-token."""
+PROFILE_VERSION = 3
+"""3: acceptance per domain and temperature band, per-request levels (``request_levels``);
+batch grid to 128. 2: acceptance by output position; the prefill commits the first token."""
 
 
 @dataclass
@@ -57,15 +63,27 @@ class Profile:
     time_log_sigma: list[float]
     prefill: dict
     catchup: dict
-    acceptance: dict[str, list[float]]
+    acceptance: dict[str, dict[str, list[float]]]
     acceptance_by_output: dict
-    acceptance_counts: dict[str, dict[str, list[int]]]
+    acceptance_counts: dict[str, dict[str, dict[str, list]]]
+    request_levels: dict[str, dict[str, list[float]]]
     tokens_per_s: list[list[float]]
     meta: dict = field(default_factory=dict)
 
     def step_seconds(self, b: int, k: int, c: int) -> float:
         """Table time of a step without prefill or catch-up, at grid indices."""
         return self.verify_s[b][k][c] + self.draft_s[b][k][c] + self.overhead_s[b][k]
+
+    @property
+    def bands(self) -> list[str]:
+        """The temperature bands measured (the same for every domain)."""
+        return list(next(iter(self.acceptance.values())))
+
+    @property
+    def mean_acceptance(self) -> list[float]:
+        """Conditional rates per position averaged over every domain and band measured."""
+        tables = [rates for by_band in self.acceptance.values() for rates in by_band.values()]
+        return [sum(col) / len(col) for col in zip(*tables)]
 
     @property
     def plain_decode_tokens_per_s(self) -> float:
@@ -107,7 +125,30 @@ def _check_points(obj, where: str) -> None:
         raise SpecrlError(f"{where}.tokens: must be sorted ascending")
 
 
-def _check_by_output(obj, domains: set, k_max: int, source: str) -> None:
+def _check_rates(table, shape: tuple[int, ...], where: str) -> None:
+    _check_array(table, shape, where)
+    flat = table
+    for _ in shape[:-1]:
+        flat = [x for row in flat for x in row]
+    if any(r > 1 for r in flat):
+        raise SpecrlError(f"{where}: acceptance rates must lie in [0, 1]")
+
+
+def _check_by_band(obj, where: str, bands: list[str] | None) -> list[str]:
+    """``obj`` is ``{band: ...}`` over known band names, the same bands as ``bands``."""
+    if not isinstance(obj, dict) or not obj:
+        raise SpecrlError(f"{where}: expected {{band: ...}} over {list(SAMPLING_CONFIGS)}")
+    unknown = [b for b in obj if b not in SAMPLING_CONFIGS]
+    if unknown:
+        raise SpecrlError(
+            f"{where}: unknown temperature band {unknown[0]!r}; known: {list(SAMPLING_CONFIGS)}"
+        )
+    if bands is not None and sorted(obj) != sorted(bands):
+        raise SpecrlError(f"{where}: expected the bands {sorted(bands)}, got {sorted(obj)}")
+    return list(obj)
+
+
+def _check_by_output(obj, domains: set, bands: list[str], k_max: int, source: str) -> None:
     where = f"{source}.acceptance_by_output"
     if not isinstance(obj, dict) or set(obj) != {"edges", "rates"}:
         raise SpecrlError(f"{where}: expected {{'edges': [...], 'rates': {{domain: ...}}}}")
@@ -122,10 +163,10 @@ def _check_by_output(obj, domains: set, k_max: int, source: str) -> None:
     if not isinstance(rates, dict) or set(rates) != domains:
         got = sorted(rates) if isinstance(rates, dict) else type(rates).__name__
         raise SpecrlError(f"{where}.rates: expected the domains {sorted(domains)}, got {got}")
-    for domain, table in rates.items():
-        _check_array(table, (len(edges) + 1, k_max), f"{where}.rates.{domain}")
-        if any(r > 1 for row in table for r in row):
-            raise SpecrlError(f"{where}.rates.{domain}: acceptance rates must lie in [0, 1]")
+    for domain, by_band in rates.items():
+        _check_by_band(by_band, f"{where}.rates.{domain}", bands)
+        for band, table in by_band.items():
+            _check_rates(table, (len(edges) + 1, k_max), f"{where}.rates.{domain}.{band}")
 
 
 def profile_from_json(obj, source: str = "profile") -> Profile:
@@ -171,15 +212,41 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
     _check_points(obj["catchup"], f"{source}.catchup")
     acceptance = obj["acceptance"]
     if not isinstance(acceptance, dict) or not acceptance:
-        raise SpecrlError(f"{source}.acceptance: expected {{domain: [rate per position]}}")
-    for domain, rates in acceptance.items():
+        raise SpecrlError(
+            f"{source}.acceptance: expected {{domain: {{band: [rate per position]}}}}"
+        )
+    bands = None
+    for domain, by_band in acceptance.items():
         where = f"{source}.acceptance.{domain}"
         if domain not in DOMAINS:
             raise SpecrlError(f"{where}: unknown domain {domain!r}; known: {DOMAINS}")
-        _check_array(rates, (k_max,), where)
-        if any(r > 1 for r in rates):
-            raise SpecrlError(f"{where}: acceptance rates must lie in [0, 1]")
-    _check_by_output(obj["acceptance_by_output"], set(acceptance), k_max, source)
+        bands = _check_by_band(by_band, where, bands)
+        for band, rates in by_band.items():
+            _check_rates(rates, (k_max,), f"{where}.{band}")
+    _check_by_output(obj["acceptance_by_output"], set(acceptance), bands, k_max, source)
+    levels = obj["request_levels"]
+    if not isinstance(levels, dict) or set(levels) != set(acceptance):
+        raise SpecrlError(
+            f"{source}.request_levels: expected the domains {sorted(acceptance)}, one list of "
+            "quantiles per band"
+        )
+    for domain, by_band in levels.items():
+        where = f"{source}.request_levels.{domain}"
+        _check_by_band(by_band, where, bands)
+        for band, quantiles in by_band.items():
+            ok = (
+                isinstance(quantiles, list)
+                and quantiles
+                and all(
+                    isinstance(q, (int, float)) and not isinstance(q, bool) and math.isfinite(q)
+                    for q in quantiles
+                )
+                and all(b >= a for a, b in pairwise(quantiles))
+            )
+            if not ok:
+                raise SpecrlError(
+                    f"{where}.{band}: expected a non-empty sorted list of finite numbers"
+                )
     if not isinstance(obj["fingerprint"], dict):
         raise SpecrlError(f"{source}.fingerprint: expected an object")
     if not isinstance(obj["acceptance_counts"], dict):

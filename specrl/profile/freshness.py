@@ -1,0 +1,120 @@
+"""Is a profile still true here? Time a few cells now and set them beside the profile's figures.
+
+A profile is only true on the machine, and at the speed, where it was measured: two VMs with
+the same fingerprint differed 1.8x. The fingerprint cannot see that; a ten-second timing can.
+``specrl profile --check PROFILE.json`` prints the comparison; the live env,
+``validate-surrogate``, ``compare --env live`` and the demo run the same check and warn, or
+refuse unless forced, when a step time is off by more than :data:`TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.errors import SpecrlError
+
+TOLERANCE = 0.15
+"""Largest accepted |measured / profile - 1| of a cell's step time."""
+CHECK_BATCHES = (1, 8, 64)
+"""Batch sizes timed (those of the profile's grid; the largest grid size if none is)."""
+CHECK_ROUNDS = 2
+REMEASURE = "specrl profile --out PROFILE.json"
+
+
+@dataclass
+class CellCheck:
+    batch: int
+    k: int
+    profile_s: float
+    measured_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.profile_s
+
+
+@dataclass
+class FreshnessReport:
+    cells: list[CellCheck] = field(default_factory=list)
+    seconds: float = 0.0
+    """Wall time the check took."""
+
+    @property
+    def worst(self) -> CellCheck:
+        return max(self.cells, key=lambda c: abs(c.ratio - 1))
+
+    @property
+    def fresh(self) -> bool:
+        return abs(self.worst.ratio - 1) <= TOLERANCE
+
+    def format(self) -> str:
+        lines = ["| batch | K | profile ms | now ms | now / profile |", "|---|---|---|---|---|"]
+        for c in self.cells:
+            lines.append(
+                f"| {c.batch} | {c.k} | {c.profile_s * 1e3:.2f} | {c.measured_s * 1e3:.2f} | "
+                f"{c.ratio:.2f} |"
+            )
+        return "\n".join(lines)
+
+    def message(self, source: str) -> str:
+        w = self.worst
+        return (
+            f"{source}: step times here differ from the profile's by up to "
+            f"{abs(w.ratio - 1):.0%} (batch {w.batch}, K={w.k}: {w.measured_s * 1e3:.2f} ms now, "
+            f"{w.profile_s * 1e3:.2f} ms in the profile; tolerance {TOLERANCE:.0%}). The machine "
+            f"is not the one, or not at the speed, it was measured at; re-measure with "
+            f"`{REMEASURE}`"
+        )
+
+
+def check_freshness(profile, pair, *, device: str = "cpu", seed: int = 0) -> FreshnessReport:
+    """Time K=0 and K=k_max steps at a few batch sizes of ``profile``'s grid with ``pair`` and
+    return them beside the profile's step times (shortest context; the cells are built as
+    the profiler builds them)."""
+    import time
+
+    from specrl.profile.measure import _Cell
+    from specrl.workload.prompts import token_streams
+
+    started = time.perf_counter()
+    grid = profile.batch_sizes
+    batches = [b for b in CHECK_BATCHES if b in grid] or [grid[-1]]
+    context = int((profile.meta.get("prompt_lengths") or [16])[0])
+    streams = token_streams(pair.tokenizer)
+    rng = np.random.default_rng(seed)
+    kw = {"k_max": profile.k_max, "reps": CHECK_ROUNDS, "device": device, "rng": rng}
+    _Cell(pair, streams, batch=batches[0], context=context, **kw).run_round()  # warm-up
+    report = FreshnessReport()
+    cells = {b: _Cell(pair, streams, batch=b, context=context, **kw) for b in batches}
+    for _ in range(CHECK_ROUNDS):
+        for cell in cells.values():
+            cell.run_round()
+    for b, cell in cells.items():
+        bi = grid.index(b)
+        for k in (0, profile.k_max):
+            times = [
+                s["total"] - s["prefill"] - s["catchup"]
+                for s in cell.samples
+                if s["k"] == k and s["catchup_tokens"] == 0
+            ]
+            report.cells.append(
+                CellCheck(b, k, profile.step_seconds(bi, k, 0), float(np.median(times)))
+            )
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def enforce_freshness(
+    profile, pair, *, device: str = "cpu", force: bool = False, source: str = "profile"
+) -> FreshnessReport:
+    """Run :func:`check_freshness`; a stale profile raises :class:`SpecrlError`, or warns
+    with ``force=True``."""
+    report = check_freshness(profile, pair, device=device)
+    if not report.fresh:
+        if not force:
+            raise SpecrlError(report.message(source) + ", or pass --force to use it anyway")
+        warnings.warn(report.message(source), stacklevel=2)
+    return report
