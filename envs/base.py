@@ -1,34 +1,55 @@
 """What the live and the surrogate environment share: spaces, observation, reward, episode.
 
-Subclasses provide the server: ``_start()`` (fresh state for an episode), ``_submit(requests)``,
-``_serve(k)`` (one step; returns committed, seconds, drafted, accepted, finished,
-max context), ``_batch_ahead()`` (rows the next step will decode) and ``_queued()``.
+Subclasses provide the server: ``_start()`` (fresh state for an episode),
+``_submit(requests, first)`` (requests ``first, first + 1, ...`` of the trace, in order),
+``_serve(k)`` (one step; returns a :class:`Served`), ``_batch_ahead()`` (rows the next step
+will decode) and ``_queued()``. Requests are admitted in submission order in both servers.
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from pathlib import Path
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from specrl.errors import SpecrlError
+from specrl.features import AcceptanceTracker, step_time_feature
 from specrl.workload import PRESETS, Trace, TraceDriver, is_preset, load_trace, preset_trace
 
-OBS_NAMES = ("batch", "queue", "acceptance", "staleness", "step_time", "context", "last_k")
-ACCEPTANCE_EMA = 0.25
-"""Weight of the newest step in the acceptance estimate."""
-STALE_STEPS = 32
-"""Steps without a drafted token after which the acceptance estimate counts as fully stale."""
+OBS_NAMES = (
+    "batch",
+    "queue",
+    "acceptance",
+    "staleness",
+    "step_time",
+    "context",
+    "last_k",
+    "last_accept",
+)
+"""Observation entries, in order; computed with :mod:`specrl.features` (see ``LiveSpecEnv``)."""
 
 
-def step_time_feature(seconds: float) -> float:
-    """``clip(1 + log10(seconds) / 4, 0, 1)``: 0.1 ms -> 0, 10 ms -> 0.5, 1 s -> 1."""
-    if seconds <= 0:
-        return 0.0
-    return min(1.0, max(0.0, 1.0 + math.log10(seconds) / 4.0))
+class Served(NamedTuple):
+    """What one server step did."""
+
+    committed: int
+    seconds: float
+    drafted: int
+    accepted: int
+    finished: list[int]
+    """Trace indices of the requests that finished in this step."""
+    admitted: int
+    """Requests admitted (prefilled, first token committed) in this step."""
+    prefill_seconds: float
+    """The part of ``seconds`` spent prefilling them (their first token is out then)."""
+    batch: int
+    """Rows decoded in this step."""
+    context: float
+    """Longest row (prompt + committed) at the start of the decode."""
 
 
 def resolve_workload(workload, *, peak: int, workload_kwargs: dict | None) -> Trace | str:
@@ -113,16 +134,28 @@ class SpecEnvBase(gym.Env):
             self._check_trace(self.trace)
         self._driver = TraceDriver(self.trace)
         self._start()
-        self._submit(self._driver.due())
-        self._acceptance = 0.0
-        self._since_measured = STALE_STEPS
+        self._tracker = AcceptanceTracker()
         self._last_seconds = 0.0
         self._last_context = 0.0
         self._last_k = 0
+        self._awaiting_first: deque[int] = deque()
+        self._first_token_s: dict[int, float] = {}
+        self.request_tpot_s: list[float] = []
+        """Per finished request with >= 2 tokens: time per output token after the first (the
+        serving clock from the end of its prefill to the end of its last step, over its
+        tokens but the first)."""
         self.episode_tokens = 0
         self.episode_seconds = 0.0
         self.episode_steps = 0
-        return self._get_obs(), self._get_info(0, 0.0, 0)
+        self._submit_due()
+        return self._get_obs(), self._get_info(None, 0)
+
+    def _submit_due(self) -> None:
+        first = self._driver.next_index
+        due = self._driver.due()
+        if due:
+            self._awaiting_first.extend(range(first, first + len(due)))
+            self._submit(due, first)
 
     def step(self, action):
         if self._driver is None:
@@ -130,47 +163,62 @@ class SpecEnvBase(gym.Env):
         k = int(action)
         if not 0 <= k <= self.k_max:
             raise SpecrlError(f"action {action!r} is outside 0..{self.k_max} (k_max)")
-        committed, seconds, drafted, accepted, finished, context = self._serve(k)
+        served = self._serve(k)
         driver = self._driver
-        driver.advance(seconds, finished)
-        if drafted:
-            self._acceptance += ACCEPTANCE_EMA * (accepted / drafted - self._acceptance)
-            self._since_measured = 0
-        else:
-            self._since_measured += 1
-        self._last_seconds, self._last_context, self._last_k = seconds, context, k
-        self.episode_tokens += committed
-        self.episode_seconds += seconds
+        first_token_s = driver.clock_s + served.prefill_seconds
+        driver.advance(served.seconds, len(served.finished))
+        self._track_latency(served, first_token_s, driver.clock_s)
+        self._tracker.observe(served.drafted, served.accepted)
+        self._last_seconds, self._last_context, self._last_k = served.seconds, served.context, k
+        self.episode_tokens += served.committed
+        self.episode_seconds += served.seconds
         self.episode_steps += 1
         if not driver.done:
-            due = driver.due()
-            if due:
-                self._submit(due)
-        reward = (committed - self.reference_tokens_per_s * seconds) / self.max_batch
-        return self._get_obs(), reward, driver.done, False, self._get_info(committed, seconds, k)
+            self._submit_due()
+        reward = (served.committed - self.reference_tokens_per_s * served.seconds) / self.max_batch
+        return self._get_obs(), reward, driver.done, False, self._get_info(served, k)
+
+    def _track_latency(self, served: Served, first_token_s: float, clock_s: float) -> None:
+        for _ in range(served.admitted):
+            self._first_token_s[self._awaiting_first.popleft()] = first_token_s
+        requests = self.trace.requests
+        for index in served.finished:
+            first = self._first_token_s.pop(index)
+            n = requests[index].max_new_tokens
+            if n > 1:
+                self.request_tpot_s.append((clock_s - first) / (n - 1))
 
     # ------------------------------------------------------------------ shared views
 
+    @property
+    def acceptance(self) -> AcceptanceTracker:
+        """The acceptance estimate behind the observation (read-only use)."""
+        return self._tracker
+
     def _get_obs(self) -> np.ndarray:
-        mb = self.max_batch
+        mb, tracker = self.max_batch, self._tracker
         return np.array(
             (
                 self._batch_ahead() / mb,
                 min(1.0, self._queued() / mb),
-                self._acceptance,
-                min(1.0, self._since_measured / STALE_STEPS),
+                tracker.estimate,
+                tracker.staleness,
                 step_time_feature(self._last_seconds),
                 min(1.0, self._last_context / self.max_len),
                 self._last_k / self.k_max if self.k_max else 0.0,
+                tracker.last_rate,
             ),
             dtype=np.float32,
         )
 
-    def _get_info(self, committed: int, seconds: float, k: int) -> dict:
+    def _get_info(self, served: Served | None, k: int) -> dict:
         return {
-            "committed": committed,
-            "step_time_s": seconds,
+            "committed": served.committed if served else 0,
+            "step_time_s": served.seconds if served else 0.0,
             "k": k,
+            "batch": served.batch if served else 0,
+            "drafted": served.drafted if served else 0,
+            "accepted": served.accepted if served else 0,
             "episode_tokens": self.episode_tokens,
             "episode_time_s": self.episode_seconds,
         }
@@ -180,10 +228,10 @@ class SpecEnvBase(gym.Env):
     def _start(self) -> None:
         raise NotImplementedError
 
-    def _submit(self, requests) -> None:
+    def _submit(self, requests, first: int) -> None:
         raise NotImplementedError
 
-    def _serve(self, k: int) -> tuple[int, float, int, int, int, float]:
+    def _serve(self, k: int) -> Served:
         raise NotImplementedError
 
     def _batch_ahead(self) -> int:

@@ -5,108 +5,159 @@ from __future__ import annotations
 import argparse
 import time
 
+SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
+SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
+"""(preset, requests, peak): a sampled mixed day, and two steady loads at both ends of the
+grid (ramp alone is mostly small batches and hides errors at the top)."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     val = sub.add_parser(
         "validate-surrogate",
-        help="compare surrogate and live tokens/s for fixed policies on one trace",
-        description="Run off, K=2, K=4 and a batch threshold on the same trace in the live "
-        "and the surrogate env; print surrogate tokens/s / live tokens/s per policy (goal: "
-        "0.9-1.1). With --measure, the profile is measured now, its timing rounds taking "
-        "turns with the live episodes, so that a machine whose speed drifts (a shared VM) "
-        "drifts under both alike; it is then written to --profile.",
+        help="compare surrogate and live tokens/s for baseline policies on three traces",
+        description="Run off, K=2, K=4, a batch threshold and the goodput baseline on the same "
+        "traces in the live and the surrogate env; print surrogate tokens/s / live tokens/s "
+        "per policy (goal: 0.9-1.1) and the acceptance estimate each env showed the "
+        "controller (mean and std per step). The profile's freshness is checked first. With "
+        "--measure, the profile is measured first, right before the live episodes, and "
+        "written to --profile.",
     )
     val.add_argument("--profile", required=True, metavar="PROFILE.json")
     val.add_argument(
         "--measure",
         action="store_true",
-        help="measure PROFILE.json now, interleaved with the live episodes, and write it",
+        help="measure PROFILE.json now, right before the live episodes, and write it",
     )
-    val.add_argument("--force", action="store_true", help="accept a profile from elsewhere")
+    val.add_argument(
+        "--force", action="store_true", help="accept a profile from elsewhere, or a stale one"
+    )
     val.add_argument("--preset", default="small", help="default pair to run live (small)")
     val.add_argument("--device", default="cpu")
     val.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
-    val.add_argument("--trace", metavar="TRACE.json", help="default: the ramp preset")
-    val.add_argument("--peak", type=int, default=32, help="ramp peak concurrency")
-    val.add_argument("--n-requests", type=int, default=96)
     val.add_argument(
-        "--threshold",
-        type=int,
-        default=8,
-        help="batch threshold policy: spec at or below this batch size",
+        "--trace",
+        action="append",
+        metavar="TRACE.json",
+        help="a trace to replay (repeatable); default: a mixed day (256 requests, peak 128), "
+        "steady-8 (64 requests) and steady-64 (256 requests)",
+    )
+    val.add_argument(
+        "--policies",
+        default=",".join(SIM2REAL_POLICIES),
+        help=f"comma list of policy names (default {','.join(SIM2REAL_POLICIES)})",
     )
     val.add_argument(
         "--surrogate-seeds", type=int, default=20, help="surrogate episodes averaged per policy"
     )
     val.add_argument(
-        "--live-repeats", type=int, default=2, help="live episodes per policy, taking turns"
+        "--live-repeats", type=int, default=3, help="live episodes per policy, taking turns"
     )
     val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     val.set_defaults(func=validate)
 
 
-def _fixed_policies(k_max: int, threshold: int, max_batch: int):
-    from specrl.policies import BatchThreshold, FixedK
+def _traces(args):
+    from specrl.workload import load_trace, preset_trace
 
-    ks = [k for k in (0, 2, 4) if k <= k_max]
-    return [FixedK(k) for k in ks] + [BatchThreshold(min(4, k_max), threshold, max_batch)]
+    if args.trace:
+        return [load_trace(path) for path in args.trace]
+    return [
+        preset_trace(name, seed=args.seed, n_requests=n, peak=peak)
+        for name, n, peak in SIM2REAL_TRACES
+    ]
 
 
 def validate(args: argparse.Namespace) -> int:
+    import json
+    import math
+
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
     from specrl.models.pair import load_default_pair
+    from specrl.policies.registry import make_policy, parse_policies
     from specrl.profile import load_profile
-    from specrl.workload import load_trace, preset_trace
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    profile = None if args.measure else load_profile(args.profile)
-    if args.trace:
-        trace = load_trace(args.trace)
-    else:
-        trace = preset_trace("ramp", seed=args.seed, n_requests=args.n_requests, peak=args.peak)
-    max_batch = max(args.peak, max(c for _, c in trace.load.get("schedule", [[0, 1]])))
-    k_max = 4 if profile is None else min(4, profile.k_max)
+    specs = parse_policies(args.policies)
+    traces = _traces(args)
     pair = load_default_pair(args.preset, device=args.device)
-    common = {"workload": trace, "k_max": k_max, "max_batch": max_batch}
-    # The reward's reference rate plays no part in tokens/s; a fresh profile needs no check.
-    live = LiveSpecEnv(
-        pair=pair,
-        device=args.device,
-        profile=profile,
-        force_profile=args.force,
-        reference_tokens_per_s=1.0 if profile is None else None,
-        **common,
-    )
-    policies = _fixed_policies(k_max, args.threshold, max_batch)
-    runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
+    profile = None
+    if not args.measure:
+        from specrl.profile import check_compatible, pair_fingerprint
+        from specrl.profile.freshness import enforce_freshness
+
+        profile = load_profile(args.profile)
+        fp = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
+        check_compatible(profile, fp, force=args.force, source=args.profile)
+        report = enforce_freshness(
+            profile, pair, device=args.device, force=args.force, source=args.profile
+        )
+        print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
+    k_max = 4 if profile is None else min(4, profile.k_max)
+    setups = []
+    for trace in traces:
+        max_batch = max(c for _, c in trace.load.get("schedule", [[0, 1]]))
+        max_len = max(384, trace.max_request_len)
+        common = {"workload": trace, "k_max": k_max, "max_batch": max_batch, "max_len": max_len}
+        # The reward's reference rate plays no part in tokens/s, so the live env needs no
+        # profile of its own.
+        live = LiveSpecEnv(pair=pair, device=args.device, reference_tokens_per_s=1.0, **common)
+        setups.append((trace, common, live))
     if profile is None:
         from specrl.profile.measure import measure_profile
 
         profile = measure_profile(
-            pair,
-            k_max=k_max,
-            reps=max(5, len(runs.todo)),
-            device=args.device,
-            seed=args.seed,
-            preset=args.preset,
-            between_rounds=runs.run_next,
+            pair, k_max=k_max, device=args.device, seed=args.seed, preset=args.preset
         )
-        profile.meta["interleaved_with"] = "specrl validate-surrogate --measure"
         profile.save(args.profile)
-        print(f"wrote {args.profile} ({profile.meta['duration_s']} s, live episodes included)")
-    surrogate = SurrogateSpecEnv(profile=profile, **common)
-    rows = compare_runs(runs.run_all(), surrogate, policies, surrogate_seeds=args.surrogate_seeds)
+        print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
+    rows = []
+    for trace, common, live in setups:
+        surrogate = SurrogateSpecEnv(profile=profile, **common)
+        policies = [make_policy(spec, env=surrogate) for spec in specs]
+        runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
+        trace_rows = compare_runs(
+            runs.run_all(), surrogate, policies, surrogate_seeds=args.surrogate_seeds
+        )
+        print(
+            f"\ntrace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} "
+            f"tokens, peak {common['max_batch']}; profile {args.profile}"
+        )
+        print(format_comparison(trace_rows))
+        rows += trace_rows
+    off_band = [r for r in rows if not 0.9 <= r.ratio <= 1.1]
     print(
-        f"trace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} tokens; "
-        f"profile {args.profile}"
+        f"\n{len(rows) - len(off_band)} of {len(rows)} ratios within 0.9-1.1"
+        + (
+            f"; outside: {', '.join(f'{r.trace}/{r.policy} {r.ratio:.2f}' for r in off_band)}"
+            if off_band
+            else ""
+        )
     )
-    print(format_comparison(rows))
+    acc = [
+        r
+        for r in rows
+        if max(
+            abs(r.live_acceptance_mean - r.surrogate_acceptance_mean),
+            abs(r.live_acceptance_std - r.surrogate_acceptance_std),
+        )
+        > 0.05
+    ]
+    print(
+        f"acceptance observation (mean and std) within 0.05 for {len(rows) - len(acc)} of "
+        f"{len(rows)}"
+    )
+    if args.json:
+        out = {"profile": str(args.profile), "policies": [r.to_json() for r in rows]}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=lambda x: None if math.isnan(x) else x)
+        print(f"wrote {args.json}")
     return 0
 
 

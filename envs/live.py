@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrl.envs.base import SpecEnvBase
+from specrl.envs.base import Served, SpecEnvBase
 from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import check_compatible, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
@@ -17,8 +17,10 @@ class LiveSpecEnv(SpecEnvBase):
     One env step is one :meth:`SpecEngine.step` over the whole running batch with the chosen
     K. The episode serves a trace: a fixed list of requests admitted by its load pattern
     (closed-loop concurrency schedules or open-loop Poisson arrivals, see
-    :mod:`specrl.workload`). Decoding is greedy and ignores EOS, so every request commits
-    exactly its ``max_new_tokens`` and the tokens of an episode do not depend on the policy.
+    :mod:`specrl.workload`). Each request decodes with its own ``temperature`` and ``top_p``
+    (greedy at temperature 0, the engine's rejection sampler otherwise, seeded from
+    ``np_random``) and ignores EOS, so every request commits exactly its ``max_new_tokens`` and
+    the tokens of an episode do not depend on the policy.
 
     ## Action Space
 
@@ -28,7 +30,8 @@ class LiveSpecEnv(SpecEnvBase):
 
     ## Observation Space
 
-    ``Box(0, 1, (7,), float32)``; every entry is scaled into [0, 1]:
+    ``Box(0, 1, (8,), float32)``; every entry is scaled into [0, 1] and computed by
+    :mod:`specrl.features` (which a serving-side controller shares):
 
     | i | name       | meaning                                            | scale                 |
     |---|------------|----------------------------------------------------|-----------------------|
@@ -39,6 +42,7 @@ class LiveSpecEnv(SpecEnvBase):
     | 4 | step_time  | measured seconds of the last step                  | log, see below        |
     | 5 | context    | longest row (prompt + committed), last step        | / max_len             |
     | 6 | last_k     | K of the last step                                 | / k_max; 0 at start   |
+    | 7 | last_accept| accepted / drafted of the last step; 0 if it drafted nothing | rate     |
 
     ``step_time = clip(1 + log10(seconds) / 4, 0, 1)``: 0.1 ms -> 0, 10 ms -> 0.5, 1 s -> 1;
     0 at start. The acceptance estimate is only updated by steps that draft, so after K=0
@@ -78,14 +82,17 @@ class LiveSpecEnv(SpecEnvBase):
 
     * ``pair``: a ``specrl.models.ModelPair``; default: ``load_default_pair(preset)``.
     * ``preset`` (``"small"``), ``device`` (``"cpu"``): for the default pair.
-    * ``workload``: a preset name (``specrl.workload.PRESETS``, default ``"ramp"``), a
-      ``Trace`` or a trace file; ``workload_kwargs`` go to ``preset_trace`` (``peak`` defaults
+    * ``workload``: a preset name (``specrl.workload.PRESETS``, default ``"mixed"``, a day of
+      traffic whose load, domains and sampling shift with the hour), a ``Trace`` or a trace
+      file; ``workload_kwargs`` go to ``preset_trace`` (``peak`` defaults
       to ``max_batch``, ``n_requests``, length distributions, domain mix).
-    * ``k_max`` (4), ``max_batch`` (64), ``max_len`` (384): the engine's.
+    * ``k_max`` (4), ``max_batch`` (128), ``max_len`` (384): the engine's.
     * ``reference_tokens_per_s``: the reward's rate; default: the profile's plain decoding
       rate at batch 1.
     * ``profile``: path or ``Profile``; default: the shipped one. Refused when measured on
-      other hardware or another pair unless ``force_profile=True``.
+      other hardware or another pair, or when its step times are off by more than 15% here
+      (``specrl.profile.freshness``, a 10-second timing; ``check_profile=False`` skips it),
+      unless ``force_profile=True``. Only read when ``reference_tokens_per_s`` is not given.
     * ``streams``: ``{domain: token ids}`` prompts are cut from; default: the held-out corpus
       tokenized with the pair's tokenizer.
 
@@ -104,14 +111,15 @@ class LiveSpecEnv(SpecEnvBase):
         pair=None,
         preset: str = "small",
         device: str = "cpu",
-        workload="ramp",
+        workload="mixed",
         workload_kwargs: dict | None = None,
         k_max: int = 4,
-        max_batch: int = 64,
+        max_batch: int = 128,
         max_len: int = 384,
         reference_tokens_per_s: float | None = None,
         profile: str | Path | Profile | None = None,
         force_profile: bool = False,
+        check_profile: bool = True,
         streams: dict[str, list[int]] | None = None,
     ):
         if pair is None:
@@ -128,7 +136,7 @@ class LiveSpecEnv(SpecEnvBase):
                 "lower max_len"
             )
         if reference_tokens_per_s is None:
-            reference_tokens_per_s = self._profile_for(profile, force_profile, k_max)
+            reference_tokens_per_s = self._profile_for(profile, force_profile, check_profile, k_max)
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -144,7 +152,7 @@ class LiveSpecEnv(SpecEnvBase):
         self.streams = streams
         self.engine = None
 
-    def _profile_for(self, profile, force: bool, k_max: int) -> float:
+    def _profile_for(self, profile, force: bool, check: bool, k_max: int) -> float:
         if isinstance(profile, Profile):
             prof, source = profile, "profile"
         else:
@@ -159,6 +167,10 @@ class LiveSpecEnv(SpecEnvBase):
             force=force,
             source=source,
         )
+        if check:
+            from specrl.profile.freshness import enforce_freshness
+
+            enforce_freshness(prof, self.pair, device=self.device, force=force, source=source)
         return prof.plain_decode_tokens_per_s
 
     # ------------------------------------------------------------------ the real server
@@ -177,10 +189,19 @@ class LiveSpecEnv(SpecEnvBase):
                 device=self.device,
             )
         self.engine.pop_finished()
+        self._trace_index: dict[int, int] = {}
 
-    def _submit(self, requests) -> None:
-        for r in requests:
-            self.engine.add(resolve_prompt(self.streams, r), max_new_tokens=r.max_new_tokens)
+    def _submit(self, requests, first: int) -> None:
+        for index, r in enumerate(requests, start=first):
+            seed = int(self.np_random.integers(2**62)) if r.temperature > 0 else None
+            rid = self.engine.add(
+                resolve_prompt(self.streams, r),
+                max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                seed=seed,
+            )
+            self._trace_index[rid] = index
 
     def _batch_ahead(self) -> int:
         return min(self.max_batch, self.engine.num_running + self.engine.num_waiting)
@@ -188,15 +209,19 @@ class LiveSpecEnv(SpecEnvBase):
     def _queued(self) -> int:
         return max(0, self.engine.num_running + self.engine.num_waiting - self.max_batch)
 
-    def _serve(self, k: int):
+    def _serve(self, k: int) -> Served:
         stats = self.engine.step(k)
-        self.engine.pop_finished()
+        index = self._trace_index
+        finished = [index.pop(f.request_id) for f in self.engine.pop_finished()]
         self.last_stats = stats
-        return (
+        return Served(
             stats.committed,
             stats.total_time,
             stats.drafted,
             stats.accepted,
-            stats.finished,
+            finished,
+            stats.admitted,
+            stats.prefill_time,
+            stats.batch_size,
             float(stats.max_context),
         )

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.envs.base import OBS_NAMES
+
+_ACCEPTANCE = OBS_NAMES.index("acceptance")
 
 
 @dataclass
@@ -15,6 +21,15 @@ class EpisodeResult:
     episode_return: float
     mean_step_tokens_per_s: float
     """The mean of per-step rates: not the objective, reported to show the difference."""
+    step_batch: list[int] = field(default_factory=list)
+    """Per step: rows decoded."""
+    step_k: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    step_acceptance: list[float] = field(default_factory=list)
+    """Per step: the acceptance estimate the controller observed after the step."""
+    request_tpot_s: list[float] = field(default_factory=list)
+    """Per finished request: time per output token after the first (serving clock)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -30,18 +45,31 @@ def run_episode(
     options: dict | None = None,
     max_steps: int | None = None,
 ) -> EpisodeResult:
-    """Play ``policy`` (anything with SB3's ``predict``) for one episode of ``env``."""
+    """Play ``policy`` (anything with SB3's ``predict``) for one episode of ``env``.
+
+    ``episode_start`` is passed as in SB3's ``evaluate_policy`` (True on the first step), so
+    stateful policies reset."""
     obs, _ = env.reset(seed=seed, options=options)
-    total_return, rate_sum, steps = 0.0, 0.0, 0
-    tokens, seconds = 0, 0.0
+    result = EpisodeResult(0, 0.0, 0, 0.0, 0.0)
+    rate_sum = 0.0
     done = False
-    while not done and (max_steps is None or steps < max_steps):
-        action, _ = policy.predict(obs, deterministic=True)
+    start = np.ones(1, dtype=bool)
+    while not done and (max_steps is None or result.steps < max_steps):
+        action, _ = policy.predict(obs, episode_start=start, deterministic=True)
+        start = np.zeros(1, dtype=bool)
         obs, reward, terminated, truncated, info = env.step(action)
         done = terminated or truncated
-        total_return += float(reward)
-        tokens += info["committed"]
-        seconds += info["step_time_s"]
-        rate_sum += info["committed"] / info["step_time_s"] if info["step_time_s"] > 0 else 0.0
-        steps += 1
-    return EpisodeResult(tokens, seconds, steps, total_return, rate_sum / max(steps, 1))
+        result.episode_return += float(reward)
+        result.tokens += info["committed"]
+        result.seconds += info["step_time_s"]
+        if info["step_time_s"] > 0:
+            rate_sum += info["committed"] / info["step_time_s"]
+        result.steps += 1
+        result.step_batch.append(info["batch"])
+        result.step_k.append(info["k"])
+        result.step_tokens.append(info["committed"])
+        result.step_seconds.append(info["step_time_s"])
+        result.step_acceptance.append(float(obs[_ACCEPTANCE]))
+    result.mean_step_tokens_per_s = rate_sum / max(result.steps, 1)
+    result.request_tpot_s = list(env.unwrapped.request_tpot_s)
+    return result

@@ -1,8 +1,14 @@
-"""Sim-to-real: the same fixed policies on the same trace, live and in the surrogate."""
+"""Sim-to-real: the same policies on the same trace, live and in the surrogate.
+
+Two things are compared per policy: the objective (aggregate tokens/s) and what the controller
+sees (the acceptance estimate of the observation, per step: its mean and standard deviation).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from specrl.envs.rollout import run_episode
 
@@ -12,11 +18,19 @@ class Comparison:
     policy: str
     live_tokens_per_s: float
     surrogate_tokens_per_s: float
+    live_acceptance_mean: float = 0.0
+    live_acceptance_std: float = 0.0
+    surrogate_acceptance_mean: float = 0.0
+    surrogate_acceptance_std: float = 0.0
+    trace: str = ""
 
     @property
     def ratio(self) -> float:
         """Surrogate tokens/s over live tokens/s; the goal is 0.9-1.1."""
         return self.surrogate_tokens_per_s / self.live_tokens_per_s
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ratio": self.ratio}
 
 
 class LiveRuns:
@@ -63,9 +77,20 @@ def compare_runs(
 ) -> list[Comparison]:
     """Rows for live episodes already played (``LiveRuns.results``) against the surrogate."""
     rows = []
+    trace = getattr(surrogate.unwrapped.workload, "name", "")
     for policy in policies:
         sims = [run_episode(surrogate, policy, seed=s) for s in range(surrogate_seeds)]
-        rows.append(Comparison(policy.name, _aggregate(live_runs[policy.name]), _aggregate(sims)))
+        live = live_runs[policy.name]
+        rows.append(
+            Comparison(
+                policy.name,
+                _aggregate(live),
+                _aggregate(sims),
+                *_acceptance_stats(live),
+                *_acceptance_stats(sims),
+                trace=trace,
+            )
+        )
     return rows
 
 
@@ -73,14 +98,22 @@ def _aggregate(results) -> float:
     return sum(r.tokens for r in results) / sum(r.seconds for r in results)
 
 
+def _acceptance_stats(results) -> tuple[float, float]:
+    """Mean and standard deviation of the observed acceptance estimate over every step."""
+    values = np.concatenate([np.asarray(r.step_acceptance, dtype=np.float64) for r in results])
+    return float(values.mean()), float(values.std())
+
+
 def format_comparison(rows: list[Comparison]) -> str:
     lines = [
-        "| policy | live tokens/s | surrogate tokens/s | surrogate / live |",
-        "|---|---|---|---|",
+        "| policy | live tokens/s | surrogate tokens/s | surrogate / live "
+        "| acceptance obs live (mean ± std) | surrogate |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.policy} | {r.live_tokens_per_s:.0f} | "
-            f"{r.surrogate_tokens_per_s:.0f} | {r.ratio:.2f} |"
+            f"| {r.policy} | {r.live_tokens_per_s:.0f} | {r.surrogate_tokens_per_s:.0f} | "
+            f"{r.ratio:.2f} | {r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
+            f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f} |"
         )
     return "\n".join(lines)

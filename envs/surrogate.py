@@ -11,39 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.envs.base import SpecEnvBase
+from specrl.envs.base import Served, SpecEnvBase
 from specrl.errors import SpecrlError
+from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import DOMAINS
+from specrl.workload import DOMAINS, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
-CONTEXT_BUCKET = 8
-"""Step times are tabulated per 8 tokens of context."""
 _warned_default_hardware = False
 
 
 def default_profile_path() -> Path:
     return Path(str(resources.files("specrl") / "assets" / "profiles" / DEFAULT_PROFILE))
-
-
-def _interp(x: np.ndarray, xp, fp) -> np.ndarray:
-    """Piecewise-linear through (xp, fp), extended linearly past both ends, floored at 0."""
-    xp, fp = np.asarray(xp, dtype=np.float64), np.asarray(fp, dtype=np.float64)
-    y = np.interp(x, xp, fp)
-    if len(xp) > 1:
-        lo, hi = x < xp[0], x > xp[-1]
-        y[lo] = fp[0] + (x[lo] - xp[0]) * (fp[1] - fp[0]) / (xp[1] - xp[0])
-        y[hi] = fp[-1] + (x[hi] - xp[-1]) * (fp[-1] - fp[-2]) / (xp[-1] - xp[-2])
-    return np.maximum(y, 0.0)
-
-
-def _points_table(points: dict, n: int) -> list[float]:
-    """Seconds for 0..n-1 padded tokens, from measured points (0 tokens cost nothing)."""
-    xp = np.concatenate(([0.0], points["tokens"]))
-    fp = np.concatenate(([0.0], points["seconds"]))
-    keep = np.concatenate(([True], np.diff(xp) > 0))
-    return _interp(np.arange(n, dtype=np.float64), xp[keep], fp[keep]).tolist()
 
 
 class SurrogateSpecEnv(SpecEnvBase):
@@ -58,8 +38,8 @@ class SurrogateSpecEnv(SpecEnvBase):
 
     ## Observation Space
 
-    ``Box(0, 1, (7,), float32)``: batch, queue, acceptance, staleness, step_time, context,
-    last_k; the table with meanings and scales is in :class:`LiveSpecEnv`.
+    ``Box(0, 1, (8,), float32)``: batch, queue, acceptance, staleness, step_time, context,
+    last_k, last_accept; the table with meanings and scales is in :class:`LiveSpecEnv`.
 
     ## Rewards
 
@@ -80,15 +60,18 @@ class SurrogateSpecEnv(SpecEnvBase):
     Per step, the time is ``(table(B, K, max context) + prefill(padded prompt tokens) +
     catchup(padded catch-up tokens)) * exp(sigma_B * z)``, ``z ~ N(0, 1)``: a lognormal
     around the profile's medians, interpolated linearly in B and context (and extended
-    linearly past the measured grid), with the measured spread ``sigma_B``. Each row drafts
-    ``min(K, tokens left - 1)`` tokens and accepts draft token ``i`` with the profile's
-    conditional rate for its domain, position and tokens generated so far (the profile's
-    ``acceptance_by_output``), stopping at the first rejection; it
-    commits the accepted tokens plus one. Admission follows the engine: the prefill commits
-    each new request's first token. So does the draft's catch-up: a row falls behind by one
-    token per K=0 step and by its prompt and first token on admission, and is caught up
-    at the next K>0 step. All randomness comes from ``self.np_random``: a seed and the
-    actions fix the trajectory.
+    linearly past the measured grid), with the measured spread ``sigma_B``
+    (:class:`~specrl.profile.costs.StepCosts`). Each row drafts ``min(K, tokens left - 1)``
+    tokens and accepts draft token ``i`` with probability ``sigmoid(logit(a) + level)``:
+    ``a`` the profile's conditional rate for the request's domain, temperature band, position
+    and tokens generated so far (``acceptance_by_output``), ``level`` the request's own
+    acceptance level, drawn once when it arrives from the profile's ``request_levels`` (so the
+    acceptance a controller observes rises and falls with the batch's composition, as live);
+    it stops at the first rejection and commits the accepted tokens plus one. Admission
+    follows the engine: the prefill commits each new request's first token. So does the
+    draft's catch-up: a row falls behind by one token per K=0 step and by its prompt and
+    first token on admission, and is caught up at the next K>0 step. All randomness comes
+    from ``self.np_random``: a seed and the actions fix the trajectory.
 
     ## Arguments
 
@@ -97,6 +80,11 @@ class SurrogateSpecEnv(SpecEnvBase):
     * ``workload``, ``workload_kwargs``, ``max_batch``, ``max_len``,
       ``reference_tokens_per_s``: as for :class:`LiveSpecEnv`.
     * ``k_max``: largest K; default: the profile's; larger than the profile's is an error.
+
+    ## The oracle
+
+    :meth:`oracle_k` reads what no controller can see, the true acceptance of the rows in the
+    coming step, and returns the myopic best K (``specrl.policies.Oracle``).
 
     ## Version History
 
@@ -107,10 +95,10 @@ class SurrogateSpecEnv(SpecEnvBase):
         self,
         *,
         profile: str | Path | Profile | None = None,
-        workload="ramp",
+        workload="mixed",
         workload_kwargs: dict | None = None,
         k_max: int | None = None,
-        max_batch: int = 64,
+        max_batch: int = 128,
         max_len: int = 384,
         reference_tokens_per_s: float | None = None,
     ):
@@ -122,7 +110,8 @@ class SurrogateSpecEnv(SpecEnvBase):
                 f"k_max={k_max} is larger than the profile's k_max ({prof.k_max}); measure a "
                 f"profile with `specrl profile --k-max {k_max}` or lower k_max"
             )
-        self._missing_domains = {d for d in DOMAINS if d not in prof.acceptance}
+        self._groups = [(d, b) for d in DOMAINS if d in prof.acceptance for b in prof.bands]
+        self._group_index = {g: i for i, g in enumerate(self._groups)}
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -159,46 +148,41 @@ class SurrogateSpecEnv(SpecEnvBase):
         return prof
 
     def _build_tables(self) -> None:
-        prof, kk = self.profile, self.k_max + 1
-        batches = np.arange(self.max_batch + 1, dtype=np.float64)
-        contexts = np.arange(0, self.max_len + CONTEXT_BUCKET, CONTEXT_BUCKET, dtype=np.float64)
-        step = np.empty((len(batches), kk, len(contexts)))
-        for k in range(kk):
-            per_ctx = np.array(
-                [
-                    [prof.step_seconds(b, k, c) for c in range(len(prof.contexts))]
-                    for b in range(len(prof.batch_sizes))
-                ]
-            )  # [n_batch_grid, n_ctx_grid]
-            by_batch = np.stack(
-                [_interp(batches, prof.batch_sizes, column) for column in per_ctx.T],
-                axis=1,
-            )  # [max_batch + 1, n_ctx_grid]
-            for b in range(len(batches)):
-                step[b, k] = _interp(contexts, prof.contexts, by_batch[b])
-        self._step_s = step.tolist()  # [B][k][context bucket]
-        self._sigma = _interp(batches, prof.batch_sizes, prof.time_log_sigma).tolist()
-        n_tokens = self.max_batch * self.max_len + 1
-        self._prefill_s = _points_table(prof.prefill, n_tokens)
-        self._catchup_s = _points_table(prof.catchup, n_tokens)
-        # Acceptance by domain and tokens generated so far: [domain, generated, position].
+        prof = self.profile
+        self.costs = StepCosts(
+            prof, max_batch=self.max_batch, max_len=self.max_len, k_max=self.k_max
+        )
+        self._step_s, self._sigma = self.costs.step_s, self.costs.sigma
+        self._prefill_s, self._catchup_s = self.costs.prefill_s, self.costs.catchup_s
+        # Acceptance logits by group (domain, band), tokens generated so far and position.
         by_output = prof.acceptance_by_output
         bucket = np.searchsorted(by_output["edges"], np.arange(self.max_len + 1), side="right")
-        self._accept = np.zeros((len(DOMAINS), self.max_len + 1, self.k_max))
-        for i, d in enumerate(DOMAINS):
-            if d in by_output["rates"]:
-                self._accept[i] = np.asarray(by_output["rates"][d])[bucket, : self.k_max]
+        self._logits = np.zeros((len(self._groups), self.max_len + 1, self.k_max))
+        self._levels = []
+        for i, (d, b) in enumerate(self._groups):
+            rates = np.asarray(by_output["rates"][d][b], dtype=np.float64)[bucket, : self.k_max]
+            rates = np.clip(rates, 1e-6, 1 - 1e-6)
+            self._logits[i] = np.log(rates / (1 - rates))
+            self._levels.append(np.asarray(prof.request_levels[d][b], dtype=np.float64))
         self._positions = np.arange(self.k_max)
-        self._domain_index = {d: i for i, d in enumerate(DOMAINS)}
+
+    def _group_of(self, request) -> int:
+        return self._group_index.get((request.domain, temperature_band(request.temperature)), -1)
 
     def _check_trace(self, trace) -> None:
         super()._check_trace(trace)
-        used = {r.domain for r in trace.requests} & self._missing_domains
-        if used:
+        missing = sorted(
+            {
+                (r.domain, temperature_band(r.temperature))
+                for r in trace.requests
+                if self._group_of(r) < 0
+            }
+        )
+        if missing:
             raise SpecrlError(
-                f"trace {trace.name!r} uses domain(s) {sorted(used)} that the profile has no "
-                "acceptance for (profile field 'acceptance'); measure them or drop them "
-                "from the trace"
+                f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "
+                "profile has no acceptance for (profile field 'acceptance'); measure them or "
+                "drop them from the trace"
             )
 
     # ------------------------------------------------------------------ the simulated server
@@ -208,15 +192,21 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._n = 0
         self._ctx = np.zeros(mb, dtype=np.int64)
         self._left = np.zeros(mb, dtype=np.int64)
-        self._domain = np.zeros(mb, dtype=np.int64)
+        self._group = np.zeros(mb, dtype=np.int64)
+        self._level = np.zeros(mb, dtype=np.float64)
+        self._index = np.zeros(mb, dtype=np.int64)
         self._generated = np.zeros(mb, dtype=np.int64)
         self._lag = np.zeros(mb, dtype=np.int64)
         self._maybe_behind = False
         self._waiting: deque = deque()
 
-    def _submit(self, requests) -> None:
-        index = self._domain_index
-        self._waiting.extend((index[r.domain], r.prompt_len, r.max_new_tokens) for r in requests)
+    def _submit(self, requests, first: int) -> None:
+        rng = self.np_random
+        for index, r in enumerate(requests, start=first):
+            group = self._group_of(r)
+            levels = self._levels[group]
+            level = float(levels[int(rng.integers(len(levels)))])
+            self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index))
 
     def _batch_ahead(self) -> int:
         return min(self.max_batch, self._n + len(self._waiting))
@@ -224,45 +214,63 @@ class SurrogateSpecEnv(SpecEnvBase):
     def _queued(self) -> int:
         return max(0, self._n + len(self._waiting) - self.max_batch)
 
-    def _admit(self) -> tuple[float, int, int]:
+    def _admit(self) -> tuple[float, int, list[int], int]:
         """Move waiting requests into free rows, as the engine does: the prefill commits each
         one's first token, and a request with nothing left to generate leaves at once.
-        Returns the prefill seconds, the tokens committed and the requests finished."""
+        Returns the prefill seconds, the tokens committed, the requests finished and the
+        requests admitted."""
         n = first = self._n
         width = 0
         while self._waiting and n < self.max_batch:
-            d, p, o = self._waiting.popleft()
+            g, p, o, level, index = self._waiting.popleft()
             self._ctx[n], self._left[n], self._lag[n] = p + 1, o - 1, p + 1
-            self._domain[n], self._generated[n] = d, 1
+            self._group[n], self._generated[n] = g, 1
+            self._level[n], self._index[n] = level, index
             width = max(width, p)
             n += 1
         self._n = n
         self._maybe_behind = True
-        finished = 0
+        finished: list[int] = []
         if not self._left[first:n].all():
             finished = self._compact()
-        return self._prefill_s[(n - first) * width], n - first, finished
+        return self._prefill_s[(n - first) * width], n - first, finished, n - first
 
-    def _compact(self) -> int:
-        """Drop the rows with no tokens left; returns how many."""
+    def _compact(self) -> list[int]:
+        """Drop the rows with no tokens left; returns their trace indices."""
         n = self._n
-        keep = np.flatnonzero(self._left[:n])
+        done = self._left[:n] == 0
+        finished = self._index[:n][done].tolist()
+        keep = np.flatnonzero(~done)
         m = len(keep)
-        for arr in (self._ctx, self._left, self._lag, self._domain, self._generated):
+        for arr in (
+            self._ctx,
+            self._left,
+            self._lag,
+            self._group,
+            self._generated,
+            self._level,
+            self._index,
+        ):
             arr[:m] = arr[keep]
         self._n = m
-        return n - m
+        return finished
 
-    def _serve(self, k: int):
+    def _rates(self, rows: slice | np.ndarray, generated: np.ndarray, k: int) -> np.ndarray:
+        """True conditional acceptance of draft positions ``0..k-1`` per row: [n, k]."""
+        logits = self._logits[self._group[rows], generated, :k] + self._level[rows, None]
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    def _serve(self, k: int) -> Served:
         # Hot path (>= 20,000 steps/s): numpy over the running rows, no per-row Python.
         rng = self.np_random
-        extra_s, committed, finished = 0.0, 0, 0
+        extra_s, committed, finished, admitted = 0.0, 0, [], 0
         if self._waiting and self._n < self.max_batch:
-            extra_s, committed, finished = self._admit()
+            extra_s, committed, finished, admitted = self._admit()
         n = self._n
         if n == 0:  # everything admitted finished on its prefill token
             seconds = extra_s * math.exp(self._sigma[1] * rng.standard_normal())
-            return committed, seconds, 0, 0, finished, 0.0
+            return Served(committed, seconds, 0, 0, finished, admitted, seconds, 0, 0.0)
+        prefill_s = extra_s
         ctx, left, lag, generated = (
             self._ctx[:n],
             self._left[:n],
@@ -278,7 +286,7 @@ class SurrogateSpecEnv(SpecEnvBase):
                     width = int(lag[behind].max()) - 1
                     extra_s += self._catchup_s[int(behind.sum()) * width]
                 self._maybe_behind = False
-            ok = rng.random((n, k)) < self._accept[self._domain[:n], generated, :k]
+            ok = rng.random((n, k)) < self._rates(slice(0, n), generated, k)
             if int(left.min()) <= k:
                 k_rows = np.minimum(left - 1, k)
                 ok &= self._positions[:k] < k_rows[:, None]
@@ -301,10 +309,72 @@ class SurrogateSpecEnv(SpecEnvBase):
         ctx += committed_rows
         left -= committed_rows
         generated += committed_rows
-        sigma = self._sigma[n]
-        seconds = (self._step_s[n][k][max_ctx // CONTEXT_BUCKET] + extra_s) * math.exp(
-            sigma * rng.standard_normal()
-        )
+        noise = math.exp(self._sigma[n] * rng.standard_normal())
+        seconds = (self._step_s[n][k][max_ctx // CONTEXT_BUCKET] + extra_s) * noise
         if int(left.min()) == 0:
             finished += self._compact()
-        return committed, seconds, drafted, accepted, finished, float(max_ctx)
+        return Served(
+            committed,
+            seconds,
+            drafted,
+            accepted,
+            finished,
+            admitted,
+            prefill_s * noise,
+            n,
+            float(max_ctx),
+        )
+
+    # ------------------------------------------------------------------ the oracle
+
+    def oracle_k(self) -> int:
+        """The myopic best K for the coming step: argmax over K of expected committed tokens
+        over expected (median) seconds, from the true acceptance of every row the step will
+        decode (those waiting to be admitted included) and the profile's step times. Myopic:
+        it ignores what K does to later steps (the draft's catch-up, rows finishing), so a
+        learned policy may beat it."""
+        n0 = self._n
+        free = max(0, self.max_batch - n0)
+        incoming = list(self._waiting)[:free]
+        group = self._group[:n0]
+        level = self._level[:n0]
+        generated = self._generated[:n0]
+        left = self._left[:n0]
+        ctx = self._ctx[:n0]
+        lag = self._lag[:n0]
+        extra_s, committed0 = 0.0, 0
+        if incoming:
+            g, p, o, lv, _ = (np.array(col) for col in zip(*incoming))
+            width = int(p.max())
+            extra_s = self._prefill_s[len(incoming) * width]
+            committed0 = len(incoming)
+            live = o > 1  # a one-token request leaves on its prefill token
+            group = np.concatenate([group, g[live]])
+            level = np.concatenate([level, lv[live]])
+            generated = np.concatenate([generated, np.ones(int(live.sum()), dtype=np.int64)])
+            left = np.concatenate([left, o[live] - 1])
+            ctx = np.concatenate([ctx, p[live] + 1])
+            lag = np.concatenate([lag, p[live] + 1])
+        n = len(left)
+        if n == 0:
+            return 0
+        bucket = int(ctx.max()) // CONTEXT_BUCKET
+        behind = lag > 2 if (self._maybe_behind or incoming) else np.zeros(n, dtype=bool)
+        catchup_s = 0.0
+        if behind.any():
+            catchup_s = self._catchup_s[int(behind.sum()) * (int(lag[behind].max()) - 1)]
+        best_k, best_rate = 0, -1.0
+        if self.k_max:
+            logits = self._logits[group, generated] + level[:, None]  # [n, k_max]
+            survive = np.cumprod(1.0 / (1.0 + np.exp(-logits)), axis=1)
+        for k in range(self.k_max + 1):
+            tokens = committed0 + n
+            seconds = self._step_s[n][k][bucket] + extra_s
+            if k:
+                k_rows = np.minimum(left - 1, k)
+                tokens += float((survive[:, :k] * (self._positions[:k] < k_rows[:, None])).sum())
+                seconds += catchup_s
+            rate = tokens / seconds if seconds > 0 else 0.0
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k

@@ -118,13 +118,32 @@ def test_profile_from_elsewhere_is_refused_unless_forced(micro_pair, streams):
             reference_tokens_per_s=None,
             profile=other,
             force_profile=True,
+            check_profile=False,
         )
     assert env.reference_tokens_per_s == pytest.approx(other.plain_decode_tokens_per_s)
     matching = linear_profile(k_max=3)
     matching.fingerprint = pair_fingerprint(micro_pair, k_max=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _env(micro_pair, streams=streams, reference_tokens_per_s=None, profile=matching)
+        _env(
+            micro_pair,
+            streams=streams,
+            reference_tokens_per_s=None,
+            profile=matching,
+            check_profile=False,
+        )
+
+
+def test_stale_profile_is_refused_unless_forced(micro_pair, streams):
+    """Same fingerprint, but step times 100x off what this machine does now: the freshness
+    check times a few cells and refuses, naming the command that re-measures."""
+    stale = linear_profile(k_max=3, verify_base_s=0.4, verify_token_s=0.02)
+    stale.fingerprint = pair_fingerprint(micro_pair, k_max=3)
+    args = {"streams": streams, "reference_tokens_per_s": None, "profile": stale}
+    with pytest.raises(SpecrlError, match=r"differ from the profile's.*specrl profile --out"):
+        _env(micro_pair, **args)
+    with pytest.warns(UserWarning, match=r"differ from the profile's by up to \d+%"):
+        _env(micro_pair, force_profile=True, **args)
 
 
 def test_bad_arguments_name_the_field(micro_pair, streams):

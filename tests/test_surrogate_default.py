@@ -15,8 +15,9 @@ def test_default_profile_is_a_measured_profile_of_the_small_pair():
     prof = load_profile(surrogate.default_profile_path())
     assert prof.meta["preset"] == "small"
     assert prof.fingerprint["device"].startswith("cpu: ")
-    assert prof.k_max == 4 and prof.batch_sizes[-1] == 64
+    assert prof.k_max == 4 and prof.batch_sizes[-1] == 128
     assert set(prof.acceptance) == {"code", "prose", "hard"}
+    assert prof.bands == ["greedy", "chat", "default"]
 
 
 def test_make_with_no_arguments_warns_at_most_once(monkeypatch):

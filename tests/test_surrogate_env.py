@@ -104,7 +104,10 @@ def test_acceptance_follows_the_tokens_a_row_has_generated():
     prof = linear_profile(time_log_sigma=0.0)
     prof.acceptance_by_output = {
         "edges": [8],
-        "rates": {d: [[0.0] * 4, [1.0] * 4] for d in ("code", "prose", "hard")},
+        "rates": {
+            d: {b: [[0.0] * 4, [1.0] * 4] for b in ("greedy", "chat", "default")}
+            for d in ("code", "prose", "hard")
+        },
     }
     env = _env(profile=prof, workload=_steady_trace(1, 1, 40), max_batch=1)
     env.reset(seed=0)
@@ -162,7 +165,8 @@ def test_bad_input_names_the_field(tmp_path):
     with pytest.raises(SpecrlError, match=r"profile file .*missing.json not found"):
         _env(profile=tmp_path / "missing.json")
     only_code = linear_profile(acceptance={"code": [0.5] * 4})
-    with pytest.raises(SpecrlError, match=r"domain\(s\) \['hard', 'prose'\].*'acceptance'"):
+    missing = r"\(domain, temperature band\) \[\('hard'.*'acceptance'"
+    with pytest.raises(SpecrlError, match=missing):
         _env(profile=only_code, workload=preset_trace("steady-8", n_requests=30))
     long = preset_trace(
         "steady-1", n_requests=2, output_lengths=LengthDist(median=900, sigma=0, lo=900, hi=900)
@@ -175,3 +179,64 @@ def test_bad_input_names_the_field(tmp_path):
     env.reset(seed=0)
     with pytest.raises(SpecrlError, match=r"action 5 is outside 0..4"):
         env.step(5)
+
+
+def test_time_per_output_token_is_the_decode_step_time():
+    """One request at a time, K=0, no noise: every token after the first costs one step at
+    batch 1, so TPOT is the profile's step time exactly (the prefill is not in it)."""
+    prof = linear_profile(time_log_sigma=0.0)
+    trace = _steady_trace(3, 1, 10, domains={"code": 1.0})
+    env = _env(profile=prof, workload=trace, max_batch=1)
+    result = run_episode(env, FixedK(0), seed=0)
+    step = env.costs.seconds(1, 0, 0)
+    assert len(result.request_tpot_s) == 3
+    for tpot in result.request_tpot_s:
+        assert tpot == pytest.approx(env.costs.seconds(1, 0, 40), rel=0.05)
+        assert tpot >= step
+    assert result.step_batch == [1] * len(result.step_batch)
+
+
+def _per_request_acceptance(level_spread: float) -> np.ndarray:
+    """Acceptance of each request of a one-at-a-time trace at K=2."""
+    prof = linear_profile(acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")})
+    prof = linear_profile(
+        acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")}, level_spread=level_spread
+    )
+    trace = _steady_trace(60, 1, 60)
+    env = _env(profile=prof, workload=trace, max_batch=1)
+    env.reset(seed=0)
+    rates, drafted, accepted, done = [], 0, 0, False
+    while not done:
+        _, _, done, _, info = env.step(2)
+        drafted, accepted = drafted + info["drafted"], accepted + info["accepted"]
+        if len(env.request_tpot_s) > len(rates):
+            rates.append(accepted / drafted)
+            drafted = accepted = 0
+    return np.array(rates)
+
+
+def test_each_request_keeps_its_own_acceptance_level():
+    alike, spread = _per_request_acceptance(0.0), _per_request_acceptance(1.5)
+    assert len(alike) == len(spread) == 60
+    # Same mean rate either way; the spread between requests is far wider with levels.
+    assert np.std(spread) > 2 * np.std(alike)
+    assert abs(np.mean(alike) - 0.42) < 0.05  # accepted/drafted at K=2, a=0.5: (0.5+0.25)/2
+
+
+def test_oracle_reads_the_true_rates_of_the_coming_rows():
+    hopeless = linear_profile(acceptance={d: [0.0] * 4 for d in ("code", "prose", "hard")})
+    sure = linear_profile(
+        acceptance={d: [1.0] * 4 for d in ("code", "prose", "hard")}, verify_token_s=1e-6
+    )
+    for prof in (hopeless, sure):
+        env = _env(profile=prof, workload="steady-4", workload_kwargs={"n_requests": 12})
+        env.reset(seed=0)
+        chosen, done = [], False
+        while not done:
+            chosen.append(env.oracle_k())
+            _, _, done, _, _ = env.step(chosen[-1])
+        if prof is hopeless:
+            assert set(chosen) == {0}
+        else:
+            # Always speculating, K=4 unless the rows' budgets cap what a longer draft adds.
+            assert 0 not in chosen and chosen.count(4) > 0.8 * len(chosen)
