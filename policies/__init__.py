@@ -1,5 +1,37 @@
-"""PPO and the baseline K controllers (installed as ``specrl.policies``)."""
+"""PPO and the baseline K controllers (installed as ``specrl.policies``).
 
+Every controller has SB3's ``predict(obs, state=None, episode_start=None,
+deterministic=False)`` and a short ``name`` for result tables. By command-line name
+(:func:`make_policy`): ``off``, ``fixed:K``, ``threshold:K:B``, ``schedule:FILE``, ``hf``,
+``ema``, ``goodput``, ``oracle``.
+"""
+
+from specrl.policies.adaptive import AcceptEMA, HFHeuristic
+from specrl.policies.base import KPolicy, StatefulKPolicy
 from specrl.policies.fixed import BatchThreshold, FixedK
+from specrl.policies.goodput import Goodput
+from specrl.policies.oracle import Oracle
+from specrl.policies.registry import (
+    VALID_FORMS,
+    default_policies,
+    make_policy,
+    parse_policies,
+)
+from specrl.policies.schedule import CONTEXT_INFINITY, BatchSchedule
 
-__all__ = ["BatchThreshold", "FixedK"]
+__all__ = [
+    "CONTEXT_INFINITY",
+    "VALID_FORMS",
+    "AcceptEMA",
+    "BatchSchedule",
+    "BatchThreshold",
+    "FixedK",
+    "Goodput",
+    "HFHeuristic",
+    "KPolicy",
+    "Oracle",
+    "StatefulKPolicy",
+    "default_policies",
+    "make_policy",
+    "parse_policies",
+]

@@ -9,34 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.envs.base import OBS_NAMES
 from specrl.errors import SpecrlError
+from specrl.policies.base import KPolicy, rows_in_batch
 
-_BATCH = OBS_NAMES.index("batch")
 
-
-class FixedK:
-    """Always the same K (``k=0``: speculation off).
+class FixedK(KPolicy):
+    """Always the same K (``k=0``: speculation off): a serving stack started with
+    ``num_speculative_tokens=k`` (vLLM), ``max_draft_len=k`` (TensorRT-LLM) or
+    ``--speculative-num-steps k`` (SGLang) and nothing adaptive.
 
     :param k: draft tokens per row, every step.
     """
 
     def __init__(self, k: int):
-        if not isinstance(k, int) or k < 0:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise SpecrlError(f"FixedK: k must be an integer >= 0, got {k!r}")
         self.k = k
         self.name = "off" if k == 0 else f"K={k}"
 
-    def predict(self, obs, state=None, episode_start=None, deterministic=False):
-        obs = np.asarray(obs)
-        if obs.ndim == 1:
-            return np.int64(self.k), state
-        return np.full(obs.shape[0], self.k, dtype=np.int64), state
+    def _act(self, rows, starts):
+        return np.full(len(rows), self.k)
 
 
-class BatchThreshold:
-    """K while the batch is at most ``max_spec_batch`` rows, 0 above: vLLM's
-    ``speculative_disable_by_batch_size`` and TensorRT-LLM's draft-length cap.
+class BatchThreshold(KPolicy):
+    """K while the batch is at most ``max_spec_batch`` rows, 0 above: vLLM V0's
+    ``speculative_disable_by_batch_size`` and TensorRT-LLM's ``max_concurrency``.
 
     :param k: K at or below the threshold.
     :param max_spec_batch: largest batch that still speculates.
@@ -52,8 +49,5 @@ class BatchThreshold:
         self.k, self.max_spec_batch, self.max_batch = k, max_spec_batch, max_batch
         self.name = f"K={k} if B<={max_spec_batch}"
 
-    def predict(self, obs, state=None, episode_start=None, deterministic=False):
-        obs = np.asarray(obs)
-        batch = np.rint(obs[..., _BATCH] * self.max_batch)
-        actions = np.where(batch <= self.max_spec_batch, self.k, 0).astype(np.int64)
-        return (actions if obs.ndim > 1 else np.int64(actions)), state
+    def _act(self, rows, starts):
+        return np.where(rows_in_batch(rows, self.max_batch) <= self.max_spec_batch, self.k, 0)

@@ -1,0 +1,119 @@
+"""Baseline controllers by command-line name: ``off``, ``fixed:K``, ``threshold:K:B``,
+``schedule:FILE``, ``hf``, ``ema``, ``goodput``, ``oracle``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.policies.adaptive import AcceptEMA, HFHeuristic
+from specrl.policies.base import KPolicy
+from specrl.policies.fixed import BatchThreshold, FixedK
+from specrl.policies.goodput import Goodput
+from specrl.policies.oracle import Oracle
+from specrl.policies.schedule import BatchSchedule
+from specrl.profile import Profile
+
+VALID_FORMS = (
+    "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
+    "B, off above), schedule:FILE (a vLLM or TensorRT-LLM table, JSON), hf (transformers' "
+    "heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput model), oracle "
+    "(surrogate only)"
+)
+_NO_ARGS = ("off", "hf", "ema", "goodput", "oracle")
+
+
+def default_policies(k_max: int, *, surrogate: bool = True) -> list[str]:
+    """The baselines a comparison runs: off, every fixed K, the batch threshold, the adaptive
+    ones and, on the surrogate only, the oracle."""
+    names = ["off", *(f"fixed:{k}" for k in range(1, k_max + 1))]
+    if k_max >= 1:
+        names += [f"threshold:{k_max}:8", "hf", "ema", "goodput"]
+    return names + (["oracle"] if surrogate else [])
+
+
+def parse_policies(text: str) -> list[str]:
+    """``"off,fixed:2,goodput"`` -> ``["off", "fixed:2", "goodput"]``, each checked for form
+    (ranges are checked by :func:`make_policy`, which knows the env). A schedule file's path
+    cannot hold a comma."""
+    specs = [part.strip() for part in text.split(",") if part.strip()]
+    if not specs:
+        raise SpecrlError(f"no policy given in {text!r}; valid: {VALID_FORMS}")
+    for spec in specs:
+        _split(spec)
+    return specs
+
+
+def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) -> KPolicy:
+    """The controller ``spec`` names, sized for ``env`` (its ``k_max``, ``max_batch`` and
+    ``max_len``).
+
+    :param spec: one of :data:`VALID_FORMS`.
+    :param env: the environment the policy will act in (wrapped or not).
+    :param profile: the hardware profile for ``goodput`` when ``env`` has none (the live
+        env); the env's own profile takes precedence.
+    """
+    kind, args = _split(spec)
+    base = getattr(env, "unwrapped", env)
+    try:
+        k_max, max_batch, max_len = base.k_max, base.max_batch, base.max_len
+    except AttributeError:
+        raise SpecrlError(
+            f"policy {spec!r}: {type(env).__name__} is not a specrl env (no k_max, max_batch, "
+            "max_len)"
+        ) from None
+    if kind == "off":
+        return FixedK(0)
+    if kind == "fixed":
+        return FixedK(_bounded(spec, "K", args[0], 0, k_max))
+    if kind == "threshold":
+        k = _bounded(spec, "K", args[0], 0, k_max)
+        return BatchThreshold(k, _bounded(spec, "B", args[1], 0, None), max_batch)
+    if kind == "schedule":
+        return BatchSchedule.from_file(args[0], max_batch=max_batch, max_len=max_len, k_max=k_max)
+    if kind == "hf":
+        return HFHeuristic(k_max=k_max)
+    if kind == "ema":
+        return AcceptEMA(k_max=k_max, max_batch=max_batch)
+    if kind == "goodput":
+        own = getattr(base, "profile", None)
+        if own is None and profile is None:
+            raise SpecrlError(
+                f"policy {spec!r} predicts step times from a hardware profile and this env "
+                "has none; pass one (`specrl profile --out PROFILE.json`)"
+            )
+        return Goodput(
+            own if own is not None else profile,
+            max_batch=max_batch,
+            max_len=max_len,
+            k_max=k_max,
+        )
+    return Oracle(env)
+
+
+def _split(spec: str) -> tuple[str, list[str]]:
+    """``(kind, args)`` of a well-formed ``spec``, else a SpecrlError listing the forms."""
+    kind, _, rest = spec.strip().partition(":")
+    if kind == "schedule":
+        args = [rest] if rest else []
+        wanted = 1
+    else:
+        args = rest.split(":") if rest else []
+        wanted = {"fixed": 1, "threshold": 2, **dict.fromkeys(_NO_ARGS, 0)}.get(kind)
+    if wanted is None or len(args) != wanted:
+        raise SpecrlError(f"unknown or malformed policy {spec!r}; valid: {VALID_FORMS}")
+    return kind, args
+
+
+def _bounded(spec: str, what: str, text: str, low: int, high: int | None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"{low}..{high} (k_max {high})"
+        raise SpecrlError(
+            f"policy {spec!r}: {what} must be an integer {bound}, got {text!r}; valid: "
+            f"{VALID_FORMS}"
+        )
+    return value
