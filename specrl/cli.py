@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "specrl.workload.cli",
     "specrl.profile.cli",
     "specrl.envs.cli",
+    "specrl.compare",
 ]
 
 

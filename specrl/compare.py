@@ -1,0 +1,310 @@
+"""``specrl compare``: every policy on the same traces, side by side.
+
+For each episode seed, every policy serves the same trace in turn (a busy spell on the machine
+then hits all of them alike). Per policy: aggregate tokens/s (the objective), tokens/s per
+batch bucket, the share of steps at each K, and per-request time per output token (TPOT, p50
+and p99), the latency a single stream sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.features import BUCKET_LABELS, batch_bucket
+
+
+@dataclass
+class PolicyResult:
+    policy: str
+    tokens_per_s: float
+    """Sum of tokens over sum of seconds, every episode."""
+    bucket_tokens_per_s: dict[str, float]
+    """By rows decoded per step (:data:`specrl.features.BUCKET_LABELS`); buckets no step
+    reached are left out."""
+    k_share: dict[str, float]
+    """Share of steps at each K (``"0"`` .. ``"k_max"``)."""
+    tpot_p50_s: float
+    tpot_p99_s: float
+    episodes: list = field(default_factory=list, repr=False)
+    """The :class:`~specrl.envs.EpisodeResult` of each episode (not written to files)."""
+
+    def to_json(self) -> dict:
+        return {
+            "policy": self.policy,
+            "tokens_per_s": self.tokens_per_s,
+            "bucket_tokens_per_s": self.bucket_tokens_per_s,
+            "k_share": self.k_share,
+            "tpot_p50_s": None if math.isnan(self.tpot_p50_s) else self.tpot_p50_s,
+            "tpot_p99_s": None if math.isnan(self.tpot_p99_s) else self.tpot_p99_s,
+        }
+
+
+@dataclass
+class ComparisonReport:
+    env: str
+    workload: str
+    seed: int
+    episodes: int
+    results: list[PolicyResult]
+
+    @property
+    def best_static(self) -> PolicyResult | None:
+        """The best of off and the fixed Ks among the results (None if none ran)."""
+        static = [r for r in self.results if r.policy == "off" or r.policy.startswith("K=")]
+        return max(static, key=lambda r: r.tokens_per_s, default=None)
+
+    def best_static_by_bucket(self) -> dict[str, str]:
+        """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
+        in the steps of that bucket."""
+        static = [r for r in self.results if r.policy == "off" or r.policy.startswith("K=")]
+        out = {}
+        for label in BUCKET_LABELS:
+            rated = [r for r in static if label in r.bucket_tokens_per_s]
+            if rated:
+                out[label] = max(rated, key=lambda r: r.bucket_tokens_per_s[label]).policy
+        return out
+
+    def result(self, policy: str) -> PolicyResult | None:
+        return next((r for r in self.results if r.policy == policy), None)
+
+    def to_json(self) -> dict:
+        best = self.best_static
+        return {
+            "env": self.env,
+            "workload": self.workload,
+            "seed": self.seed,
+            "episodes": self.episodes,
+            "results": [r.to_json() for r in self.results],
+            "best_static": None
+            if best is None
+            else {"policy": best.policy, "tokens_per_s": best.tokens_per_s},
+            "best_static_by_bucket": self.best_static_by_bucket(),
+        }
+
+    def format(self) -> str:
+        """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT."""
+        best, off = self.best_static, self.result("off")
+        buckets = [
+            b for b in BUCKET_LABELS if any(b in r.bucket_tokens_per_s for r in self.results)
+        ]
+        head = ["policy", "tokens/s", "/ best static", "/ off"]
+        head += [f"B {b}" for b in buckets] + ["TPOT p50 ms", "TPOT p99 ms"]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.results:
+            cells = [r.policy, f"{r.tokens_per_s:.0f}"]
+            cells.append(f"{r.tokens_per_s / best.tokens_per_s:.3f}" if best else "-")
+            cells.append(f"{r.tokens_per_s / off.tokens_per_s:.3f}" if off else "-")
+            cells += [
+                f"{r.bucket_tokens_per_s[b]:.0f}" if b in r.bucket_tokens_per_s else "-"
+                for b in buckets
+            ]
+            cells += [f"{r.tpot_p50_s * 1e3:.1f}", f"{r.tpot_p99_s * 1e3:.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        if best is not None:
+            lines.append(f"\nbest static: {best.policy} ({best.tokens_per_s:.0f} tokens/s)")
+            per_bucket = self.best_static_by_bucket()
+            lines.append(
+                "best static per bucket: "
+                + ", ".join(f"B {label}: {name}" for label, name in per_bucket.items())
+            )
+        return "\n".join(lines)
+
+    def write_csv(self, path: str | Path) -> None:
+        """One row per policy: tokens/s, TPOT, then ``bucket/<label>`` and ``k_share/<K>``."""
+        buckets = list(BUCKET_LABELS)
+        ks = sorted({k for r in self.results for k in r.k_share}, key=int)
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(
+                ["policy", "tokens_per_s", "tpot_p50_s", "tpot_p99_s"]
+                + [f"bucket/{b}" for b in buckets]
+                + [f"k_share/{k}" for k in ks]
+            )
+            for r in self.results:
+                writer.writerow(
+                    [r.policy, r.tokens_per_s, r.tpot_p50_s, r.tpot_p99_s]
+                    + [r.bucket_tokens_per_s.get(b, "") for b in buckets]
+                    + [r.k_share.get(k, 0.0) for k in ks]
+                )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
+    """A :class:`PolicyResult` from the policy's :class:`~specrl.envs.EpisodeResult` list."""
+    tokens = sum(e.tokens for e in episodes)
+    seconds = sum(e.seconds for e in episodes)
+    by_bucket: dict[str, list[float]] = {}
+    k_steps = [0] * (k_max + 1)
+    steps = 0
+    for e in episodes:
+        for b, k, t, s in zip(e.step_batch, e.step_k, e.step_tokens, e.step_seconds):
+            if b > 0:
+                acc = by_bucket.setdefault(batch_bucket(b), [0.0, 0.0])
+                acc[0] += t
+                acc[1] += s
+            k_steps[k] += 1
+            steps += 1
+    tpot = [x for e in episodes for x in e.request_tpot_s]
+    return PolicyResult(
+        policy=policy,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        bucket_tokens_per_s={
+            label: by_bucket[label][0] / by_bucket[label][1]
+            for label in BUCKET_LABELS
+            if label in by_bucket and by_bucket[label][1] > 0
+        },
+        k_share={str(k): n / steps if steps else 0.0 for k, n in enumerate(k_steps)},
+        tpot_p50_s=_percentile(tpot, 50),
+        tpot_p99_s=_percentile(tpot, 99),
+        episodes=episodes,
+    )
+
+
+def compare_policies(
+    env,
+    policies: list,
+    *,
+    seed: int = 0,
+    episodes: int = 3,
+    env_name: str = "",
+    workload: str = "",
+    progress: bool = True,
+) -> ComparisonReport:
+    """Run every policy (objects with ``predict`` and ``name``) for ``episodes`` episodes of
+    ``env``; episode ``i`` is reset with ``seed + i`` for every policy, so a preset workload
+    serves each policy the same trace."""
+    from tqdm.auto import tqdm
+
+    from specrl.envs.rollout import run_episode
+
+    if episodes < 1:
+        raise SpecrlError(f"--episodes must be >= 1, got {episodes}")
+    names = [p.name for p in policies]
+    if len(set(names)) != len(names):
+        raise SpecrlError(f"policies repeat a name: {names}; list each policy once")
+    runs: dict[str, list] = {p.name: [] for p in policies}
+    with tqdm(total=episodes * len(policies), desc="compare", disable=not progress) as bar:
+        for i in range(episodes):
+            for policy in policies:
+                bar.set_postfix_str(f"{policy.name} seed {seed + i}")
+                runs[policy.name].append(run_episode(env, policy, seed=seed + i))
+                bar.update()
+    k_max = env.unwrapped.k_max
+    results = [summarize(p.name, runs[p.name], k_max) for p in policies]
+    return ComparisonReport(env_name, workload, seed, episodes, results)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "compare",
+        help="run every policy on the same traces and compare tokens/s, buckets, K, TPOT",
+        description="Run every policy on the same traces (the surrogate or the live engine) "
+        "and print aggregate tokens/s, tokens/s per batch bucket, the share of steps at each "
+        "K and per-request TPOT p50/p99. Policies: off, fixed:K, threshold:K:B, "
+        "schedule:FILE, hf, ema, goodput, oracle (surrogate only).",
+    )
+    parser.add_argument("--env", choices=("surrogate", "live"), default="surrogate")
+    parser.add_argument(
+        "--workload", default="mixed", help="a preset (mixed, ramp, day, ...) or TRACE.json"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument(
+        "--policies", default=None, help="comma list (default: every baseline for the env)"
+    )
+    parser.add_argument(
+        "--profile", metavar="PROFILE.json", help="hardware profile (default: the shipped one)"
+    )
+    parser.add_argument("--max-batch", type=int, default=128)
+    parser.add_argument("--max-len", type=int, default=384)
+    parser.add_argument("--n-requests", type=int, default=None, help="requests per preset trace")
+    parser.add_argument("--k-max", type=int, default=4)
+    parser.add_argument("--preset", default="small", help="default pair for --env live")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (live)")
+    parser.add_argument(
+        "--force", action="store_true", help="live: accept a profile from elsewhere, or stale"
+    )
+    parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
+    parser.add_argument("--csv", metavar="OUT.csv", help="write the results as CSV")
+    parser.set_defaults(func=run)
+
+
+def make_env(args: argparse.Namespace):
+    """The env ``args`` ask for, and the profile it uses."""
+    from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, default_profile_path
+    from specrl.profile import load_profile
+
+    workload_kwargs = {"peak": args.max_batch}
+    if args.n_requests:
+        workload_kwargs["n_requests"] = args.n_requests
+    profile = load_profile(args.profile or default_profile_path())
+    common = {
+        "workload": args.workload,
+        "workload_kwargs": workload_kwargs,
+        "k_max": args.k_max,
+        "max_batch": args.max_batch,
+        "max_len": args.max_len,
+    }
+    if args.env == "surrogate":
+        return SurrogateSpecEnv(profile=profile, **common), profile
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    env = LiveSpecEnv(
+        preset=args.preset,
+        device=args.device,
+        profile=profile,
+        force_profile=args.force,
+        **common,
+    )
+    return env, profile
+
+
+def run(args: argparse.Namespace) -> int:
+    from specrl.policies import default_policies, make_policy, parse_policies
+
+    env, profile = make_env(args)
+    specs = (
+        parse_policies(args.policies)
+        if args.policies
+        else default_policies(args.k_max, surrogate=args.env == "surrogate")
+    )
+    policies = [make_policy(spec, env=env, profile=profile) for spec in specs]
+    report = compare_policies(
+        env,
+        policies,
+        seed=args.seed,
+        episodes=args.episodes,
+        env_name=args.env,
+        workload=str(args.workload),
+    )
+    print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
+    print(report.format())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.csv:
+        report.write_csv(args.csv)
+        print(f"wrote {args.csv}")
+    return 0

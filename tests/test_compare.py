@@ -1,0 +1,133 @@
+"""`specrl compare`: every policy on the same traces; per-bucket rates, K shares, TPOT."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from specrl.compare import compare_policies, summarize
+from specrl.envs import EpisodeResult, SurrogateSpecEnv
+from specrl.errors import SpecrlError
+from specrl.policies import make_policy
+from specrl.profile.synthetic import linear_profile
+
+
+def _env(**kwargs):
+    kwargs.setdefault("workload", "ramp")
+    kwargs.setdefault("workload_kwargs", {"n_requests": 24, "peak": 8})
+    return SurrogateSpecEnv(profile=linear_profile(), max_batch=8, **kwargs)
+
+
+def test_summarize_aggregates_steps_by_bucket_and_k():
+    a = EpisodeResult(10, 1.0, 3, 0.0, 0.0)
+    a.step_batch, a.step_k = [1, 3, 3], [0, 2, 2]
+    a.step_tokens, a.step_seconds = [1, 5, 4], [0.2, 0.5, 0.3]
+    a.request_tpot_s = [0.1, 0.3]
+    b = EpisodeResult(6, 2.0, 1, 0.0, 0.0)
+    b.step_batch, b.step_k, b.step_tokens, b.step_seconds = [70], [1], [6], [2.0]
+    b.request_tpot_s = [0.2]
+    r = summarize("x", [a, b], k_max=2)
+    assert r.tokens_per_s == pytest.approx(16 / 3.0)
+    assert r.bucket_tokens_per_s == pytest.approx({"1": 5.0, "2-4": 9 / 0.8, "65-128": 3.0})
+    assert r.k_share == pytest.approx({"0": 0.25, "1": 0.25, "2": 0.5})
+    assert (r.tpot_p50_s, r.tpot_p99_s) == pytest.approx((0.2, 0.298))
+
+
+def test_every_policy_serves_the_same_traces():
+    env = _env()
+    specs = ["off", "fixed:2", "threshold:4:2", "goodput", "oracle"]
+    policies = [make_policy(s, env=env) for s in specs]
+    report = compare_policies(env, policies, seed=5, episodes=2, progress=False)
+    names = [r.policy for r in report.results]
+    assert names == ["off", "K=2", "K=4 if B<=2", "goodput", "oracle"]
+    tokens = {sum(e.tokens for e in r.episodes) for r in report.results}
+    assert len(tokens) == 1  # the same two traces for everyone: the same total work
+    off = report.result("off")
+    assert off.k_share["0"] == 1.0 and report.result("K=2").k_share["2"] == 1.0
+    assert set(off.bucket_tokens_per_s) <= {"1", "2-4", "5-8"}
+    assert report.best_static.policy in {"off", "K=2"}
+    assert report.best_static.tokens_per_s == max(
+        off.tokens_per_s, report.result("K=2").tokens_per_s
+    )
+    # The oracle's myopic choice beats always-off on this profile and workload.
+    assert report.result("oracle").tokens_per_s > off.tokens_per_s
+    assert "best static:" in report.format()
+
+
+def test_cli_writes_json_and_csv(tmp_path, capsys):
+    from specrl.cli import main
+
+    linear_profile().save(tmp_path / "p.json")
+    argv = [
+        "compare",
+        "--profile",
+        str(tmp_path / "p.json"),
+        "--workload",
+        "ramp",
+        "--n-requests",
+        "16",
+        "--max-batch",
+        "8",
+        "--episodes",
+        "1",
+        "--policies",
+        "off,fixed:1,fixed:3,hf,ema,oracle",
+        "--json",
+        str(tmp_path / "out.json"),
+        "--csv",
+        str(tmp_path / "out.csv"),
+    ]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert set(data) == {
+        "env",
+        "workload",
+        "seed",
+        "episodes",
+        "results",
+        "best_static",
+        "best_static_by_bucket",
+    }
+    for label, name in data["best_static_by_bucket"].items():
+        rates = {r["policy"]: r["bucket_tokens_per_s"].get(label, 0) for r in data["results"]}
+        assert rates[name] == max(rates[p] for p in ("off", "K=1", "K=3"))
+    assert (data["env"], data["workload"], data["seed"], data["episodes"]) == (
+        "surrogate",
+        "ramp",
+        0,
+        1,
+    )
+    first = data["results"][0]
+    assert set(first) == {
+        "policy",
+        "tokens_per_s",
+        "bucket_tokens_per_s",
+        "k_share",
+        "tpot_p50_s",
+        "tpot_p99_s",
+    }
+    assert [r["policy"] for r in data["results"]] == ["off", "K=1", "K=3", "hf", "ema", "oracle"]
+    static = [r for r in data["results"] if r["policy"] in ("off", "K=1", "K=3")]
+    best = max(static, key=lambda r: r["tokens_per_s"])
+    assert data["best_static"] == {"policy": best["policy"], "tokens_per_s": best["tokens_per_s"]}
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    assert [r["policy"] for r in rows] == ["off", "K=1", "K=3", "hf", "ema", "oracle"]
+    assert float(rows[1]["k_share/1"]) == 1.0
+    assert "| policy | tokens/s |" in capsys.readouterr().out
+
+
+def test_cli_refuses_an_unknown_policy_naming_it(tmp_path, capsys):
+    from specrl.cli import main
+
+    linear_profile().save(tmp_path / "p.json")
+    argv = ["compare", "--profile", str(tmp_path / "p.json"), "--policies", "off,turbo"]
+    assert main(argv) == 2
+    assert "'turbo'" in capsys.readouterr().err
+
+
+def test_repeated_policy_names_are_refused():
+    env = _env()
+    with pytest.raises(SpecrlError, match="repeat a name"):
+        compare_policies(env, [make_policy("off", env=env)] * 2, progress=False)
