@@ -19,6 +19,8 @@ def read_json(path: str | Path, what: str, remake: str):
         raise SpecrlError(f"{what} file {path} not found; {remake}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SpecrlError(f"{what} file {path} is not valid JSON ({err}); {remake}") from None
+    except (RecursionError, ValueError) as err:  # nesting too deep, integers too long
+        raise SpecrlError(f"{what} file {path} is not valid JSON ({err}); {remake}") from None
 
 
 def positive_ints(text: str) -> list[int]:

@@ -51,6 +51,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     surrogate.add_argument("--max-batch", type=int, default=64)
     surrogate.set_defaults(func=_surrogate)
 
+    controller = bench.add_parser(
+        "controller",
+        help="LookupController.choose_k nanoseconds per call",
+        description="Call the serving-side controller's choose_k over seeded batch sizes and "
+        "print nanoseconds per call against its 2 µs budget.",
+    )
+    controller.add_argument(
+        "--table", metavar="TABLE.json", help="default: a built-in example table"
+    )
+    controller.add_argument("--calls", type=int, default=1_000_000)
+    controller.set_defaults(func=_controller)
+
+
+def _controller(args: argparse.Namespace) -> int:
+    from specrl.bench.controller import run
+
+    return run(args)
+
 
 def _surrogate(args: argparse.Namespace) -> int:
     from specrl.envs.cli import benchmark

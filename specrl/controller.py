@@ -1,0 +1,154 @@
+"""The serving-side controller: K for the next step from an exported table.
+
+Pure Python (standard library and :mod:`specrl.errors`, :mod:`specrl.files`,
+:mod:`specrl.features`, :mod:`specrl.table`): a serving stack calls :meth:`choose_k` once per
+step, so importing this module loads neither numpy, torch, gymnasium nor stable-baselines3,
+and a call allocates nothing. No pickle: the table is JSON.
+
+Use::
+
+    controller = LookupController.load("TABLE.json", profile=load_profile("PROFILE.json"))
+    while serving:
+        k = controller.choose_k(batch_size, context_len=longest_row)
+        drafted, accepted = engine.step(k)            # over the whole batch
+        controller.observe(drafted, accepted)
+"""
+
+from __future__ import annotations
+
+import warnings
+from bisect import bisect_right
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS, AcceptanceTracker
+from specrl.table import KTable, load_table
+
+HARD_FINGERPRINT_KEYS = ("device", "target_sha256", "draft_sha256")
+"""A table trained on another device or pair is refused unless forced; the same keys as
+``specrl.profile.fingerprint.HARD_KEYS`` (a module that imports torch, so not imported here)."""
+
+
+class LookupController:
+    """K per step looked up in a :class:`~specrl.table.KTable`.
+
+    The acceptance estimate and its staleness come from
+    :class:`~specrl.features.AcceptanceTracker`, the same computation as the environments'
+    observation, so the table is read with the signal the policy was trained on.
+
+    :meth:`choose_k` at ``batch_size`` rows:
+
+    * ``batch_size <= 0``: 0 (nothing is decoded, nothing to draft for).
+    * Above the table's ``max_batch``: the last bucket's K (the table is clamped, as vLLM
+      extends its last range).
+    * The estimate stale (no step drafted in :data:`~specrl.features.STALE_STEPS` steps,
+      as at the start): the table's ``stale_k``; otherwise K at the estimate's acceptance bin.
+    * When that K is 0 and no step has drafted for the probe rule's ``after_steps``
+      steps: the probe's K, so that a step measures acceptance again. The probe repeats
+      until a step reports drafted tokens to :meth:`observe`.
+
+    ``context_len`` (the batch's longest row, tokens) picks the context bin of a table that
+    has them; None means the first bin. ``step_time_s`` is accepted so that every controller
+    takes the same arguments, and ignored: the table does not index step time.
+
+    :param table: the table to serve.
+    :param profile: the serving machine's profile (a ``specrl.profile.Profile``) or its
+        fingerprint dict. A table whose provenance fingerprint names another device or model
+        pair (:data:`HARD_FINGERPRINT_KEYS`) is refused. None: no check.
+    :param force: use such a table anyway, with a warning.
+    :param source: names the table in messages.
+    """
+
+    __slots__ = (
+        "table",
+        "tracker",
+        "_cells",
+        "_max_batch",
+        "_inner_edges",
+        "_context_starts",
+        "_stale_index",
+        "_probe_after",
+        "_probe_k",
+    )
+
+    def __init__(
+        self, table: KTable, *, profile=None, force: bool = False, source: str = "K table"
+    ):
+        if profile is not None:
+            check_provenance(table, profile, force=force, source=source)
+        self.table = table
+        self.tracker = AcceptanceTracker()
+        self._max_batch = table.max_batch
+        self._inner_edges = tuple(table.acceptance_edges[1:-1])
+        self._stale_index = len(table.acceptance_edges) - 1
+        self._context_starts = tuple(table.context_starts) if table.context_bins else None
+        self._probe_after = table.probe["after_steps"]
+        self._probe_k = table.probe["k"]
+        # One tuple per (bucket, context bin): K per acceptance bin, then the stale K.
+        by_bucket = [
+            tuple((*table.cell(b, c), table.stale(b, c)) for c in range(table.n_context))
+            for b in range(len(table.batch_buckets))
+        ]
+        cells = [by_bucket[0]]  # batch 0 never reads it: choose_k returns 0 first
+        for b, (lo, hi) in enumerate(table.batch_buckets):
+            cells.extend([by_bucket[b]] * (hi - lo + 1))
+        self._cells = tuple(cells if self._context_starts else [c[0] for c in cells])
+
+    @classmethod
+    def load(cls, path: str | Path, *, profile=None, force: bool = False) -> LookupController:
+        """Read, validate and serve the table at ``path`` (see the class for the
+        parameters)."""
+        return cls(load_table(path), profile=profile, force=force, source=str(path))
+
+    def reset(self) -> None:
+        """Forget the acceptance measured so far (a new deployment of the same table)."""
+        self.tracker.reset()
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Count the step just run: ``drafted`` draft tokens over the whole batch, of which
+        ``accepted`` were accepted (0 and 0 for a step with K=0)."""
+        self.tracker.observe(drafted, accepted)
+
+    def choose_k(self, batch_size: int, step_time_s=None, context_len=None) -> int:
+        """K for the next step of ``batch_size`` rows (see the class for the rules)."""
+        if batch_size <= 0:
+            return 0
+        cells = self._cells[batch_size if batch_size <= self._max_batch else self._max_batch]
+        if self._context_starts is not None:
+            if context_len is None or context_len < 1:
+                cells = cells[0]
+            else:
+                cells = cells[bisect_right(self._context_starts, context_len) - 1]
+        tracker = self.tracker
+        since = tracker.since_measured
+        if since >= STALE_STEPS:
+            k = cells[self._stale_index]
+        else:
+            k = cells[bisect_right(self._inner_edges, tracker.estimate)]
+        if k == 0 and since >= self._probe_after:
+            return self._probe_k
+        return k
+
+
+def check_provenance(table: KTable, profile, *, force: bool = False, source: str = "") -> None:
+    """Refuse ``table`` unless its provenance fingerprint names the same device and model
+    pair as ``profile`` (a ``specrl.profile.Profile`` or its fingerprint dict); with
+    ``force=True`` warn instead."""
+    ours = getattr(profile, "fingerprint", profile)
+    if not isinstance(ours, dict):
+        raise SpecrlError(
+            f"profile must be a specrl Profile or its fingerprint dict, got {type(profile)}"
+        )
+    theirs = table.provenance["profile_fingerprint"]
+    differ = [key for key in HARD_FINGERPRINT_KEYS if theirs.get(key) != ours.get(key)]
+    if not differ:
+        return
+    detail = "; ".join(f"{k}: {theirs.get(k)!r} vs here {ours.get(k)!r}" for k in differ)
+    message = (
+        f"{source or 'K table'} was trained for other hardware or another model pair "
+        f"({detail}); train and export a table on a profile of this machine, or force it "
+        "(force=True) to use it anyway"
+    )
+    if not force:
+        raise SpecrlError(message)
+    warnings.warn(message, stacklevel=3)

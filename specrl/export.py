@@ -1,0 +1,273 @@
+"""From a decision rule to a :class:`~specrl.table.KTable`, and from a table to the serving
+stacks' own formats.
+
+* :func:`table_from_policy`: evaluate ``decide(batch, acceptance, context) -> K`` at every
+  bin and merge equal neighbouring batch sizes into buckets.
+* :func:`to_vllm`: vLLM Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374).
+* :func:`to_trtllm`: TensorRT-LLM ``draft_len_schedule`` in its current upper-bound reading
+  (PR #10860).
+* :func:`export_file`: the object ``specrl export`` writes for each format.
+
+Neither stack indexes acceptance, so both exports collapse the table at one operating point,
+an acceptance the caller states (for example the profile's mean acceptance on the training
+mix). The stacks' config objects are returned exactly as the stacks read them: vLLM's and
+TensorRT-LLM's config classes are strict about their keys, so the operating point is not
+written into them. :func:`export_file` puts it beside them instead::
+
+    {"speculative_config": {...what the stack reads...},
+     "specrl": {"exported_from": "specrl-k-table", "acceptance": 0.62, ...}}
+
+``policies.BatchSchedule.from_file`` reads that file as it is; a stack gets
+``speculative_config`` (merged with its ``method`` and draft model).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from collections.abc import Callable
+
+from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS
+from specrl.table import (
+    K_MAX_LIMIT,
+    MAX_BATCH_LIMIT,
+    TABLE_FORMAT,
+    KTable,
+    check_acceptance_edges,
+    check_context_bins,
+)
+
+CONTEXT_INFINITY = 2**31 - 1
+"""vLLM's end of the last context range; the same value as
+``specrl.policies.schedule.CONTEXT_INFINITY`` (that module imports numpy)."""
+FORMATS = ("native", "vllm", "trtllm")
+
+
+def table_from_policy(
+    decide: Callable[[int, float, int], int],
+    *,
+    k_max: int,
+    max_batch: int,
+    acceptance_edges: list[float],
+    provenance: dict,
+    context_bins: list[list[int | None]] | None = None,
+    stale_decide: Callable[[int, int], int] | None = None,
+    probe: dict | None = None,
+) -> KTable:
+    """A table holding ``decide``'s K at each bin's representative point.
+
+    ``decide(batch, acceptance, context)`` is called for every batch size ``1..max_batch``,
+    every acceptance bin's midpoint and every context bin's representative length: the
+    midpoint ``(lo + hi) // 2`` of a closed bin, the start of the last (open-ended) one, and
+    1 without context bins. Neighbouring batch sizes whose K agree everywhere (stale entry
+    included) become one bucket.
+
+    :param decide: K (an integer ``0..k_max``) for a batch size, acceptance and context.
+    :param k_max: the engine's largest K.
+    :param max_batch: the largest batch size the table covers.
+    :param acceptance_edges: bin edges from 0 to 1, strictly increasing.
+    :param provenance: see :func:`specrl.table.provenance`.
+    :param context_bins: ``[lo, hi]`` context ranges from 1, the last ``[lo, None]``; None:
+        the table does not index context.
+    :param stale_decide: ``stale_decide(batch, context) -> K`` with acceptance unknown or
+        stale. None: the K of the lowest acceptance bin (unknown acceptance is treated as
+        the worst; the probe rule then measures it where that K is 0).
+    :param probe: the probe rule; default ``{"after_steps": STALE_STEPS, "k": 1}``, which
+        probes exactly when the estimate becomes fully stale.
+    """
+    where = "table_from_policy"
+    if isinstance(acceptance_edges, tuple):
+        acceptance_edges = list(acceptance_edges)
+    if isinstance(context_bins, (list, tuple)):
+        context_bins = [list(r) if isinstance(r, tuple) else r for r in context_bins]
+    n_batch = _int_in(max_batch, "max_batch", MAX_BATCH_LIMIT)
+    _int_in(k_max, "k_max", K_MAX_LIMIT)
+    check_acceptance_edges(acceptance_edges, f"{where}: acceptance_edges")
+    if context_bins is not None:
+        check_context_bins(context_bins, f"{where}: context_bins")
+    points = [(lo + hi) / 2 for lo, hi in zip(acceptance_edges, acceptance_edges[1:])]
+    contexts = (
+        [1]
+        if context_bins is None
+        else [lo if hi is None else (lo + hi) // 2 for lo, hi in context_bins]
+    )
+
+    def k_of(value, what: str) -> int:
+        try:
+            k = operator.index(value)
+        except TypeError:
+            raise SpecrlError(f"{where}: {what} returned {value!r}, not an integer") from None
+        if isinstance(value, bool) or not 0 <= k <= k_max:
+            raise SpecrlError(f"{where}: {what} returned K={value!r}, not in 0..{k_max}")
+        return k
+
+    rows = []  # per batch size: (k[context][acceptance], stale[context])
+    for batch in range(1, n_batch + 1):
+        ks = [
+            [k_of(decide(batch, a, c), f"decide({batch}, {a}, {c})") for a in points]
+            for c in contexts
+        ]
+        if stale_decide is None:
+            stale = [by_acceptance[0] for by_acceptance in ks]
+        else:
+            stale = [k_of(stale_decide(batch, c), f"stale_decide({batch}, {c})") for c in contexts]
+        rows.append((ks, stale))
+
+    buckets, k, stale_k = [], [], []
+    for batch, row in enumerate(rows, start=1):
+        if buckets and row == rows[buckets[-1][1] - 1]:
+            buckets[-1][1] = batch
+            continue
+        buckets.append([batch, batch])
+        ks, stale = row
+        k.append(ks if context_bins is not None else ks[0])
+        stale_k.append(stale if context_bins is not None else stale[0])
+    return KTable(
+        k_max=k_max,
+        max_batch=max_batch,
+        batch_buckets=buckets,
+        acceptance_edges=acceptance_edges,
+        context_bins=context_bins,
+        k=k,
+        stale_k=stale_k,
+        probe={"after_steps": STALE_STEPS, "k": 1} if probe is None else probe,
+        provenance=provenance,
+        source=where,
+    )
+
+
+# ---------------------------------------------------------------------- serving stacks
+
+
+def to_vllm(table: KTable, *, acceptance: float) -> dict:
+    """vLLM Dynamic SD's speculative config at one acceptance.
+
+    ``num_speculative_tokens`` is the table's ``k_max`` (the engine is started for it);
+    ``num_speculative_tokens_per_batch_size`` holds ``[bs_lo, bs_hi, K]`` ranges, equal
+    neighbours merged. With context bins it is vLLM's 5-item form
+    ``[bs_lo, bs_hi, ctx_lo, ctx_hi, K]``: a rectangular grid, every batch range with every
+    context bin, the last context range ending at :data:`CONTEXT_INFINITY`. Batch sizes above
+    the table's ``max_batch`` take the last range's K in vLLM, as in the controller.
+    """
+    column = table.acceptance_bin(_acceptance(acceptance))
+    contexts = range(table.n_context)
+    ranges = _merge(table, lambda b: tuple(table.cell(b, c)[column] for c in contexts))
+    if table.context_bins is None:
+        entries = [[lo, hi, ks[0]] for lo, hi, ks in ranges]
+    else:
+        context_ranges = [
+            (lo, CONTEXT_INFINITY if hi is None else hi) for lo, hi in table.context_bins
+        ]
+        entries = [
+            [lo, hi, c_lo, c_hi, k]
+            for lo, hi, ks in ranges
+            for (c_lo, c_hi), k in zip(context_ranges, ks)
+        ]
+    return {"num_speculative_tokens": table.k_max, "num_speculative_tokens_per_batch_size": entries}
+
+
+def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = None) -> dict:
+    """TensorRT-LLM's ``{"max_draft_len": M, "draft_len_schedule": {batch: K}}`` at one
+    acceptance (and, for a table with context bins, one context length; None: the first bin).
+
+    Keys are upper bounds (PR #10860): ``{4: 4, 8: 2, 32: 1}`` drafts 4 at batch 1-4, 2 at
+    5-8, 1 at 9-32 and nothing above. TensorRT-LLM requires the smallest key's value to be
+    ``max_draft_len`` and no value above it, so ``max_draft_len`` is the K at batch 1:
+
+    * K rising above it at a larger batch cannot be expressed; it is clamped to it, with a
+      warning naming the ranges.
+    * K=0 at batch 1 cannot be expressed either (``max_draft_len`` is at least 1): a
+      :class:`SpecrlError` says to serve without speculation or to export for vLLM.
+    * Trailing ranges with K=0 are left out (above the last key TensorRT-LLM drafts
+      nothing); batch sizes above the table's ``max_batch`` also draft nothing there, where
+      the controller and vLLM keep the last range's K.
+    """
+    column = table.acceptance_bin(_acceptance(acceptance))
+    context = table.context_bin(context_len)
+    ranges = _merge(table, lambda b: table.cell(b, context)[column])
+    first = ranges[0][2]
+    if first == 0:
+        raise SpecrlError(
+            f"the table drafts nothing at batch 1 at acceptance {acceptance}; TensorRT-LLM's "
+            "draft_len_schedule cannot turn speculation on at a larger batch only (its "
+            "smallest key's value is max_draft_len, >= 1): serve without speculative "
+            "decoding at this operating point, or export --format vllm"
+        )
+    clamped = [(lo, hi, k) for lo, hi, k in ranges if k > first]
+    if clamped:
+        where = ", ".join(f"batch {lo}-{hi}: K={k}" for lo, hi, k in clamped)
+        warnings.warn(
+            f"TensorRT-LLM cannot draft more than at batch 1 (max_draft_len={first}); "
+            f"clamped {where} to {first}",
+            stacklevel=2,
+        )
+    uppers: list[list[int]] = []  # [batch upper bound, K], ascending
+    for _, hi, k in ranges:
+        k = min(k, first)
+        if uppers and uppers[-1][1] == k:
+            uppers[-1][0] = hi
+        else:
+            uppers.append([hi, k])
+    if uppers[-1][1] == 0:
+        uppers.pop()
+    return {"max_draft_len": first, "draft_len_schedule": dict(uppers)}
+
+
+def export_file(
+    table: KTable, *, fmt: str, acceptance: float | None = None, context_len: int | None = None
+) -> dict:
+    """The object ``specrl export --format FMT`` writes: the table itself for ``native``;
+    for ``vllm`` and ``trtllm`` the stack's config under ``speculative_config`` and, under
+    ``specrl``, the operating point it was collapsed at and the table's provenance."""
+    if fmt not in FORMATS:
+        raise SpecrlError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "native":
+        return table.to_json()
+    if acceptance is None:
+        raise SpecrlError(f"--format {fmt} collapses the table over acceptance; give --acceptance")
+    if fmt == "vllm":
+        config = to_vllm(table, acceptance=acceptance)
+        note = {"context": "indexed" if table.context_bins else "not indexed"}
+    else:
+        config = to_trtllm(table, acceptance=acceptance, context_len=context_len)
+        note = {"context_len": context_len}
+    return {
+        "speculative_config": config,
+        "specrl": {
+            "exported_from": TABLE_FORMAT,
+            "format": fmt,
+            "acceptance": acceptance,
+            **note,
+            "provenance": table.provenance,
+        },
+    }
+
+
+def _acceptance(value) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and 0 <= value <= 1)
+    ):
+        raise SpecrlError(f"acceptance must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _int_in(value, name: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise SpecrlError(f"table_from_policy: {name} must be an integer 1..{high}, got {value!r}")
+    return value
+
+
+def _merge(table: KTable, value_of: Callable[[int], object]) -> list[tuple[int, int, object]]:
+    """The table's buckets as ``(lo, hi, value_of(bucket))``, equal neighbours merged."""
+    ranges: list[tuple[int, int, object]] = []
+    for b, (lo, hi) in enumerate(table.batch_buckets):
+        value = value_of(b)
+        if ranges and ranges[-1][2] == value:
+            ranges[-1] = (ranges[-1][0], hi, value)
+        else:
+            ranges.append((lo, hi, value))
+    return ranges

@@ -1,0 +1,409 @@
+"""The exported K table (format ``"specrl-k-table"``, version 1): what a serving stack reads.
+
+Pure Python (standard library and :mod:`specrl.errors`, :mod:`specrl.files`,
+:mod:`specrl.features` only): :class:`specrl.controller.LookupController` loads it on a
+serving stack's hot path, where numpy, torch and gymnasium have no place.
+
+A table holds K for every batch size ``1..max_batch`` in contiguous buckets, by the
+acceptance estimate (bins over [0, 1]) and optionally by context length::
+
+    {
+     "format": "specrl-k-table",
+     "version": 1,
+     "k_max": 4,
+     "max_batch": 64,
+     "batch_buckets": [[1, 8], [9, 32], [33, 64]],
+     "acceptance_edges": [0.0, 0.4, 0.7, 1.0],
+     "k": [[1, 3, 4], [0, 2, 3], [0, 0, 1]],
+     "stale_k": [0, 0, 0],
+     "probe": {"after_steps": 32, "k": 1},
+     "provenance": {"profile_sha256": "...", "profile_fingerprint": {...}, "target_id": "...",
+                    "draft_id": "...", "run_id": "...", "training_steps": 200000,
+                    "specrl_version": "0.1.0", "created": "2026-11-02T10:00:00+00:00"}
+    }
+
+Fields:
+
+* ``k_max``: the largest K the engine drafts (1..:data:`K_MAX_LIMIT`); no K exceeds it.
+* ``max_batch``: the largest batch the table was made for (1..:data:`MAX_BATCH_LIMIT`).
+  A controller clamps larger batches to the last bucket.
+* ``batch_buckets``: ``[lo, hi]`` inclusive ranges, the first starting at 1, each starting
+  one after the previous ends, the last ending at ``max_batch``. ``[[1, 1], [2, 2], ...]``
+  lists every size.
+* ``acceptance_edges``: ``e_0 = 0 < e_1 < ... < e_n = 1``; bin ``j`` is ``[e_j, e_{j+1})``,
+  the last one closed at 1. The estimate is :class:`specrl.features.AcceptanceTracker`'s.
+* ``context_bins`` (optional): ``[lo, hi]`` inclusive ranges of the batch's longest row in
+  tokens, the first starting at 1, contiguous, the last ``[lo, null]`` (open-ended).
+* ``k``: K per batch bucket and acceptance bin, ``k[bucket][acceptance]``; with context bins
+  ``k[bucket][context][acceptance]``. Integers ``0..k_max``.
+* ``stale_k``: K when the acceptance estimate is unknown or stale, that is when no step has
+  drafted for :data:`~specrl.features.STALE_STEPS` steps (as at the start):
+  ``stale_k[bucket]``, with context bins ``stale_k[bucket][context]``.
+* ``probe``: ``{"after_steps": N, "k": P}``. Whenever the table says K=0 and no step has
+  drafted for ``N`` steps, the controller drafts ``P`` (1..k_max) for a step, so the
+  estimate is measured again instead of going blind. With ``N = STALE_STEPS`` (the default
+  of :func:`specrl.export.table_from_policy`) the probe fires exactly when the estimate
+  becomes fully stale, the moment ``stale_k`` takes over; so a ``stale_k`` of 0 still probes.
+* ``provenance``: where the table came from; the keys of :data:`PROVENANCE_KEYS` are
+  required (more are allowed). :meth:`LookupController.load
+  <specrl.controller.LookupController.load>` compares ``profile_fingerprint`` with the
+  serving machine's profile.
+
+A file that breaks any rule is rejected whole with a :class:`~specrl.errors.SpecrlError`
+naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from dataclasses import InitVar, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS
+from specrl.files import check_header, read_json
+
+TABLE_FORMAT = "specrl-k-table"
+TABLE_VERSION = 1
+K_MAX_LIMIT = 256
+"""No engine drafts more; a larger ``k_max`` is a corrupt file."""
+MAX_BATCH_LIMIT = 65536
+"""The controller expands the buckets into one entry per batch size; this bounds that list."""
+CONTEXT_LIMIT = 2**31 - 2
+"""Context bounds stay below vLLM's "infinity" (2**31 - 1) so every table exports."""
+PROVENANCE_KEYS = {
+    "profile_sha256": str,
+    "profile_fingerprint": dict,
+    "target_id": str,
+    "draft_id": str,
+    "run_id": str,
+    "training_steps": int,
+    "specrl_version": str,
+    "created": str,
+}
+"""Required provenance keys and their JSON types; fingerprint values are strings or numbers."""
+
+_REMAKE = "export the table again with `specrl export --run RUN_DIR --out TABLE.json`"
+_MEANING = {
+    "k_max": "the largest K the engine drafts",
+    "max_batch": "the largest batch size the table covers",
+    "batch_buckets": "[lo, hi] batch ranges covering 1..max_batch",
+    "acceptance_edges": "acceptance bin edges from 0 to 1",
+    "context_bins": "[lo, hi] context ranges from 1, the last [lo, null]",
+    "k": "K per batch bucket and acceptance bin",
+    "stale_k": "K per batch bucket when the acceptance estimate is unknown or stale",
+    "probe": 'the probe rule while K=0, like {"after_steps": 32, "k": 1}',
+    "provenance": "where the table came from",
+}
+_FIELDS = tuple(_MEANING)
+
+
+@dataclass
+class KTable:
+    """A validated K table; the fields are the file's (see the module docstring).
+
+    Construction validates every field and raises :class:`SpecrlError` naming the first
+    that is wrong; ``source`` (the file, by default ``"KTable"``) starts each message.
+    Nested lists are copied, so later changes to the arguments do not reach the table.
+    Without ``context_bins``, ``k`` is ``[bucket][acceptance]`` and ``stale_k`` is
+    ``[bucket]``; :meth:`cell` and :meth:`stale` read either shape.
+    """
+
+    k_max: int
+    max_batch: int
+    batch_buckets: list[list[int]]
+    acceptance_edges: list[float]
+    k: list
+    stale_k: list
+    probe: dict
+    provenance: dict
+    context_bins: list[list[int | None]] | None = None
+    source: InitVar[str] = "KTable"
+
+    def __post_init__(self, source: str) -> None:
+        _validate(self, source)
+        for name in _FIELDS:
+            setattr(self, name, copy.deepcopy(getattr(self, name)))
+
+    # ------------------------------------------------------------------ lookups
+
+    @property
+    def n_context(self) -> int:
+        """Context bins (1 without ``context_bins``)."""
+        return 1 if self.context_bins is None else len(self.context_bins)
+
+    @property
+    def context_starts(self) -> list[int]:
+        """The first token count of every context bin, ascending (``[1]`` without bins)."""
+        return [1] if self.context_bins is None else [lo for lo, _ in self.context_bins]
+
+    def cell(self, bucket: int, context: int = 0) -> list[int]:
+        """K per acceptance bin in batch bucket ``bucket`` and context bin ``context``
+        (indices)."""
+        row = self.k[bucket]
+        return row if self.context_bins is None else row[context]
+
+    def stale(self, bucket: int, context: int = 0) -> int:
+        """K in bucket ``bucket`` and context bin ``context`` when the estimate is stale."""
+        entry = self.stale_k[bucket]
+        return entry if self.context_bins is None else entry[context]
+
+    def acceptance_bin(self, acceptance: float) -> int:
+        """The bin holding ``acceptance`` (below 0: the first; 1 and above: the last)."""
+        return sum(acceptance >= edge for edge in self.acceptance_edges[1:-1])
+
+    def context_bin(self, context_len: int | None) -> int:
+        """The bin holding ``context_len`` tokens (None or below 1: the first)."""
+        if context_len is None:
+            return 0
+        return max(0, sum(context_len >= start for start in self.context_starts) - 1)
+
+    # ------------------------------------------------------------------ files
+
+    def to_json(self) -> dict:
+        obj = {"format": TABLE_FORMAT, "version": TABLE_VERSION}
+        for name in _FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                obj[name] = copy.deepcopy(value)
+        return obj
+
+    def save(self, path: str | Path) -> None:
+        """Write the table as JSON, one batch bucket (or context bin) per line; atomically,
+        so a server reloading it never reads half a file."""
+        path = Path(path)
+        obj = self.to_json()
+        lines = []
+        for key, value in obj.items():
+            if isinstance(value, list) and value and isinstance(value[0], list):
+                rows = ",\n  ".join(json.dumps(row) for row in value)
+                text = f"[\n  {rows}\n ]"
+            elif key == "provenance":
+                text = json.dumps(value, indent=1).replace("\n", "\n ")
+            else:
+                text = json.dumps(value)
+            lines.append(f" {json.dumps(key)}: {text}")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+        os.replace(tmp, path)
+
+
+def table_from_json(obj, source: str = "K table") -> KTable:
+    """Validate a parsed table file (``source`` names it in errors)."""
+    check_header(
+        obj, source, fmt=TABLE_FORMAT, version=TABLE_VERSION, what="K table", remake=_REMAKE
+    )
+    unknown = sorted(set(obj) - set(_FIELDS) - {"format", "version"})
+    if unknown:
+        raise SpecrlError(
+            f"{source}: unknown field(s) {', '.join(map(repr, unknown))}; a version "
+            f"{TABLE_VERSION} table holds only {', '.join(_FIELDS)}"
+        )
+    for name in _FIELDS:
+        if name not in obj and name != "context_bins":
+            raise SpecrlError(f"{source}: missing field {name!r} ({_MEANING[name]}); {_REMAKE}")
+    return KTable(**{name: obj.get(name) for name in _FIELDS}, source=source)
+
+
+def load_table(path: str | Path) -> KTable:
+    """Read and validate a table written by ``specrl export`` (or :meth:`KTable.save`)."""
+    obj = read_json(path, "K table", _REMAKE)
+    return table_from_json(obj, source=str(path))
+
+
+def provenance(
+    *,
+    profile_sha256: str,
+    profile_fingerprint: dict,
+    target_id: str,
+    draft_id: str,
+    run_id: str,
+    training_steps: int,
+    **extra,
+) -> dict:
+    """A provenance object stamped with this specrl's version and the time now (UTC);
+    ``extra`` keys (JSON values) are kept as they are."""
+    from specrl import __version__
+
+    return {
+        "profile_sha256": profile_sha256,
+        "profile_fingerprint": dict(profile_fingerprint),
+        "target_id": target_id,
+        "draft_id": draft_id,
+        "run_id": run_id,
+        "training_steps": training_steps,
+        "specrl_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_field(value, where: str, low: int, high: int, meaning: str = "") -> int:
+    if not _is_int(value) or not low <= value <= high:
+        detail = f" ({meaning})" if meaning else ""
+        raise SpecrlError(f"{where}: expected an integer {low}..{high}{detail}, got {value!r}")
+    return value
+
+
+def _list_field(value, where: str, length: int | None = None, what: str = "a list") -> list:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        got = f"a list of {len(value)}" if isinstance(value, list) else repr(value)
+        need = f"a list of {length}" if length is not None else what
+        raise SpecrlError(f"{where}: expected {need}, got {got}")
+    return value
+
+
+def _check_ranges(ranges, where: str, last_end: int | None, limit: int, what: str) -> None:
+    """Contiguous inclusive ``[lo, hi]`` ranges from 1; the last ends at ``last_end`` (None:
+    open-ended, written ``null``)."""
+    _list_field(ranges, where, what=f"a non-empty list of [lo, hi] {what} ranges")
+    if not ranges:
+        raise SpecrlError(f"{where}: expected a non-empty list of [lo, hi] {what} ranges")
+    expected_lo = 1
+    for i, entry in enumerate(ranges):
+        at = f"{where}[{i}]"
+        _list_field(entry, at, 2)
+        lo, hi = entry
+        last = i == len(ranges) - 1
+        _int_field(lo, f"{at}[0]", 1, limit, f"first {what} of the range")
+        if lo != expected_lo:
+            fault = "leaves a gap" if lo > expected_lo else "overlaps the previous range"
+            start = (
+                "the first range must start at 1"
+                if i == 0
+                else (f"it must start at {expected_lo}, one after the previous range ends")
+            )
+            raise SpecrlError(f"{at} starts at {lo} and {fault}; {start}")
+        if last and last_end is None:
+            if hi is not None:
+                raise SpecrlError(f"{at}: the last {what} range is open-ended; write [{lo}, null]")
+            break
+        if last and hi != last_end:
+            raise SpecrlError(
+                f"{at}: the last {what} range ends at {hi!r}; it must end at {last_end} "
+                f"(max_batch) so every {what} size has a K"
+            )
+        _int_field(hi, f"{at}[1]", lo, limit, f"last {what} of the range, >= its start")
+        expected_lo = hi + 1
+
+
+def _check_ks(value, shape: tuple[int, ...], where: str, k_max: int) -> None:
+    if not shape:
+        if _is_int(value) and value > k_max:
+            raise SpecrlError(f"{where}: K={value} is above k_max ({k_max}); K is 0..k_max")
+        _int_field(value, where, 0, k_max, "a K, at most k_max")
+        return
+    _list_field(value, where, shape[0])
+    for i, item in enumerate(value):
+        _check_ks(item, shape[1:], f"{where}[{i}]", k_max)
+
+
+def _check_json_value(value, where: str, depth: int = 0) -> None:
+    if depth > 32:
+        raise SpecrlError(f"{where}: nested too deeply")
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise SpecrlError(f"{where}: expected a finite number, got {value!r}")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_value(item, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecrlError(f"{where}: keys must be strings, got {key!r}")
+            _check_json_value(item, f"{where}.{key}", depth + 1)
+        return
+    raise SpecrlError(f"{where}: expected a JSON value, got {type(value).__name__}")
+
+
+def _check_provenance(value, where: str) -> None:
+    if not isinstance(value, dict):
+        raise SpecrlError(f"{where}: expected an object with {', '.join(PROVENANCE_KEYS)}")
+    for key, kind in PROVENANCE_KEYS.items():
+        at = f"{where}.{key}"
+        if key not in value:
+            raise SpecrlError(f"{where}: missing {key!r}; {_REMAKE}")
+        item = value[key]
+        if kind is int:
+            _int_field(item, at, 0, 2**63 - 1)
+        elif not isinstance(item, kind):
+            raise SpecrlError(f"{at}: expected a {kind.__name__}, got {item!r}")
+    for key, item in value["profile_fingerprint"].items():
+        if not (isinstance(item, str) or _is_number(item)):
+            raise SpecrlError(
+                f"{where}.profile_fingerprint.{key}: expected a string or a finite number, "
+                f"got {item!r}"
+            )
+    _check_json_value(value, where)
+
+
+def check_acceptance_edges(edges, where: str) -> None:
+    """Strictly increasing finite numbers from 0 to 1, at least two."""
+    _list_field(edges, where)
+    if len(edges) < 2 or not all(_is_number(e) for e in edges):
+        raise SpecrlError(f"{where}: expected at least two finite numbers, got {edges!r}")
+    if edges[0] != 0 or edges[-1] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise SpecrlError(
+            f"{where}: expected strictly increasing edges from 0 to 1 (like [0, 0.5, 1]), "
+            f"got {edges!r}"
+        )
+
+
+def check_context_bins(bins, where: str) -> None:
+    """Contiguous ``[lo, hi]`` token ranges from 1, the last ``[lo, None]``."""
+    _check_ranges(bins, where, None, CONTEXT_LIMIT, "context")
+
+
+def _validate(table: KTable, source: str) -> None:
+    k_max = _int_field(table.k_max, f"{source}: field 'k_max'", 1, K_MAX_LIMIT)
+    max_batch = _int_field(table.max_batch, f"{source}: field 'max_batch'", 1, MAX_BATCH_LIMIT)
+    _check_ranges(
+        table.batch_buckets, f"{source}: field 'batch_buckets'", max_batch, max_batch, "batch"
+    )
+
+    edges = table.acceptance_edges
+    check_acceptance_edges(edges, f"{source}: field 'acceptance_edges'")
+    if table.context_bins is not None:
+        check_context_bins(table.context_bins, f"{source}: field 'context_bins'")
+
+    n_buckets, n_acceptance = len(table.batch_buckets), len(edges) - 1
+    by_context = () if table.context_bins is None else (len(table.context_bins),)
+    _check_ks(table.k, (n_buckets, *by_context, n_acceptance), f"{source}: field 'k'", k_max)
+    _check_ks(table.stale_k, (n_buckets, *by_context), f"{source}: field 'stale_k'", k_max)
+
+    where = f"{source}: field 'probe'"
+    if not isinstance(table.probe, dict) or set(table.probe) != {"after_steps", "k"}:
+        raise SpecrlError(
+            f'{where}: expected {{"after_steps": N, "k": P}} (draft P tokens after N '
+            f'steps without drafting, e.g. {{"after_steps": {STALE_STEPS}, "k": 1}}), '
+            f"got {table.probe!r}"
+        )
+    _int_field(
+        table.probe["after_steps"],
+        f"{where}.after_steps",
+        1,
+        2**31 - 1,
+        "steps without drafting before a probe",
+    )
+    _int_field(table.probe["k"], f"{where}.k", 1, k_max, "K of a probing step")
+
+    _check_provenance(table.provenance, f"{source}: field 'provenance'")
