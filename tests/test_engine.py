@@ -243,6 +243,10 @@ def test_k0_does_not_run_the_draft_and_it_catches_up(target, drafts, prompts):
     assert len(k0_steps) == 30
     first_resumed = next(s for s in paused_stats if s.k > 0)
     assert first_resumed.catchup_tokens > 0
+    # The catch-up forward's size: the rows it read for times the widest of them.
+    catchup_shapes = [shape for shape in calls if shape[1] > 2]
+    assert first_resumed.catchup_padded_tokens == catchup_shapes[0][0] * catchup_shapes[0][1]
+    assert first_resumed.catchup_padded_tokens >= first_resumed.catchup_tokens
 
     steady, steady_stats = _serve(target, draft, prompts[:8], budgets, lambda s: 3, max_batch=8)
     resumed = [s for s in paused_stats if s.k > 0]

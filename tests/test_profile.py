@@ -227,7 +227,13 @@ def test_request_offsets_recover_levels_and_shrink_noise():
         return np.array(rows)
 
     true = rng.normal(0.0, 1.5, size=300)
-    fitted = request_offsets(simulate(true), base)
+    steps = simulate(true)
+    fitted = request_offsets(steps, base)
+    # The shrunk levels still reproduce the group's accepted total.
+    ids, inverse = np.unique(steps[:, 0], return_inverse=True)
+    logit = np.log(0.6 / 0.4)
+    p = 1 / (1 + np.exp(-(logit + fitted[inverse])))
+    assert (p + p * p).sum() == pytest.approx(steps[:, 3].sum(), rel=1e-3)
     assert np.corrcoef(true, fitted)[0, 1] > 0.9
     assert np.std(fitted) == pytest.approx(1.5, rel=0.2)
     alike = request_offsets(simulate(np.zeros(300), steps_per_request=10), base)
@@ -245,3 +251,13 @@ def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
     assert "up to 80% (batch 64, K=4: 180.00 ms now, 100.00 ms" in message
     assert "specrl profile --out" in message
     assert stale.format().splitlines()[2] == "| 1 | 0 | 10.00 | 11.00 | 1.10 |"
+
+
+def test_cost_points_are_medians_made_non_decreasing():
+    from specrl.profile.measure import _monotone_points
+
+    pairs = [(10, 0.010), (10, 0.012), (10, 0.500), (40, 0.009), (100, 0.020), (100, 0.022)]
+    # Medians 0.012, 0.009, 0.021: the dip at 40 pools with 10 (weights 3 and 1).
+    out = _monotone_points(pairs)
+    assert out["tokens"] == [10.0, 40.0, 100.0]
+    assert out["seconds"] == pytest.approx([0.01125, 0.01125, 0.021])

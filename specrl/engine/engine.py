@@ -491,7 +491,7 @@ class SpecEngine:
         Records the catch-up."""
         rows = self._running
         t_start = self._now()
-        stats.catchup_tokens = self._catch_up()
+        stats.catchup_tokens, stats.catchup_padded_tokens = self._catch_up()
         stats.catchup_time = self._now() - t_start
         # Each row now has one or two unread tokens (two after a fully accepted block).
         seqs = [r.tokens[r.draft_len :] for r in rows]
@@ -521,11 +521,12 @@ class SpecEngine:
                 )[:, -1]
         return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None
 
-    def _catch_up(self) -> int:
-        """Feed the draft the committed tokens it missed, leaving one unread token per row."""
+    def _catch_up(self) -> tuple[int, int]:
+        """Feed the draft the committed tokens it missed, leaving one unread token per row.
+        Returns the tokens read and the forward's padded size (rows x widest row)."""
         behind = [b for b, r in enumerate(self._running) if r.seq_len - r.draft_len > 2]
         if not behind:
-            return 0
+            return 0, 0
         lagging = [self._running[b] for b in behind]
         seqs = [r.tokens[r.draft_len : -1] for r in lagging]
         ids, lengths = self._ragged(seqs, lagging)
@@ -545,7 +546,7 @@ class SpecEngine:
         )
         for r in lagging:
             r.draft_len = r.seq_len - 1
-        return int(lengths.sum())
+        return int(lengths.sum()), int(ids.numel())
 
     def _commit(self, rows, k, k_eff, drafts, accepted, next_tokens, stats: StepStats) -> int:
         """Append each row's accepted draft tokens (``drafts``: lists, None when K=0) and its

@@ -37,6 +37,8 @@ class StepStats:
     """Prompt tokens the target processed for requests admitted in this step."""
     catchup_tokens: int = 0
     """Committed tokens the draft read to catch up after steps with K=0 (and new prompts)."""
+    catchup_padded_tokens: int = 0
+    """Size of the catch-up forward: rows caught up x the widest of them (what it costs)."""
     prefill_time: float = 0.0
     draft_time: float = 0.0
     """Draft forwards, catch-up included."""

@@ -1,10 +1,13 @@
 """Measure a hardware profile with the real engine (``specrl profile --out PROFILE.json``).
 
-Timing cells: for each context level and batch size an engine is filled with B prompts of
-equal length (rows rotate through the domains); its first step is the admission (prefill),
+Timing cells: for each context level and batch size an engine is filled with B prompts (the
+longest of the context level's length, the others between half of it and it, since served
+rows are ragged; rows rotate through the domains); its first step is the admission (prefill),
 its second a K=k_max step in which the draft catches up on the prompts. Then ``reps`` rounds
 visit every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three
-plain steps, a catch-up step after them, one clean step per K. Interleaving the cells means a
+plain steps, a catch-up step after them, one clean step per K. Each round also admits a few
+single requests of workload-like prompt lengths on their own, as served traffic admits them:
+the prefill and catch-up costs at the small sizes live traffic has. Interleaving the cells means a
 moment when the machine is busy spoils one sample of many cells, not all samples of one, and
 the medians absorb it. Tables are then made non-decreasing in context and in batch size (a
 step never gets cheaper with more work; what says otherwise is noise). A warm-up cell runs
@@ -64,6 +67,8 @@ LEVEL_BOUND = 6.0
 """Per-request logit offsets are fitted within +-6 (a rate of 0.5 moves to 0.0025 or 0.9975)."""
 ACCEPTANCE_BATCH = 128
 """How many of them run at once (continuous batching serves the rest as rows free up)."""
+SMALL_ADMISSIONS = 6
+"""Single-request admissions timed per round (see :func:`_small_admission`)."""
 PLAIN_STEPS = 3
 """K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
 
@@ -99,9 +104,11 @@ def _sample(s) -> dict:
         "verify": s.verify_time,
         "draft": s.draft_time,
         "prefill": s.prefill_time,
+        "prefill_tokens": s.prefill_tokens,
         "total": s.total_time,
         "committed": s.committed,
         "catchup_tokens": s.catchup_tokens,
+        "catchup_padded": s.catchup_padded_tokens,
         "catchup": s.catchup_time,
     }
 
@@ -121,7 +128,11 @@ class _Cell:
             device=device,
         )
         configs = list(SAMPLING_CONFIGS.values())
-        for i, prompt in enumerate(_prompts(streams, [context] * batch, rng, DOMAINS)):
+        # Ragged rows, as served traffic is: the longest sets the cell's context, the others
+        # draw from [context / 2, context]. Equal-length rows would take the cache's one-copy
+        # write path, which a running batch of mixed requests never takes.
+        lengths = [context] + rng.integers(max(1, context // 2), context + 1, batch - 1).tolist()
+        for i, prompt in enumerate(_prompts(streams, lengths, rng, DOMAINS)):
             temperature, top_p = configs[i % len(configs)]
             self.engine.add(
                 prompt,
@@ -235,7 +246,9 @@ def request_offsets(steps: np.ndarray, rates: Sequence[Sequence[float]]) -> np.n
     :data:`LEVEL_BOUND`). A request with few drafted tokens has a noisy raw offset, and the
     surrogate's own per-token draws add that noise again, so each offset is shrunk by
     ``tau^2 / (tau^2 + v_r)``: ``v_r`` is the offset's sampling variance (1 / Fisher
-    information of the accepted count), ``tau^2`` the spread between requests net of it."""
+    information of the accepted count), ``tau^2`` the spread between requests net of it.
+    Last, one shift for the whole group makes its expected accepted tokens equal the observed
+    ones again."""
     if len(steps) == 0:
         return np.zeros(0)
     ids, inverse = np.unique(steps[:, 0], return_inverse=True)
@@ -259,7 +272,16 @@ def request_offsets(steps: np.ndarray, rates: Sequence[Sequence[float]]) -> np.n
     ) / (2 * h)
     noise = 1.0 / np.maximum(slope, 1e-3)
     tau2 = max(0.0, float(np.var(raw) - np.mean(np.minimum(noise, LEVEL_BOUND**2))))
-    return raw * tau2 / (tau2 + noise)
+    shrunk = raw * tau2 / (tau2 + noise)
+    # Shrinking moves high rates down more than low ones up (the sigmoid bends), so the
+    # group would accept less than it did; one shift restores its accepted total.
+    total = accepted.sum()
+    lo_s, hi_s = -LEVEL_BOUND, LEVEL_BOUND
+    for _ in range(40):
+        mid = (lo_s + hi_s) / 2
+        expected = _expected_accepted(logits, drafted, shrunk[inverse] + mid).sum()
+        lo_s, hi_s = (mid, hi_s) if expected < total else (lo_s, mid)
+    return shrunk + (lo_s + hi_s) / 2
 
 
 def _quantiles(values: np.ndarray, n: int = LEVEL_QUANTILES) -> list[float]:
@@ -294,22 +316,36 @@ def _bucket_rates(counts: dict) -> list[list[float]]:
     return out
 
 
-def _linear_points(pairs: list[tuple[float, float]]) -> dict:
-    """A robust line through measured (tokens, seconds), evaluated at the measured token
-    counts: Theil-Sen slope (median of pairwise slopes), median intercept, both >= 0. One
-    slow outlier (a busy machine) cannot bend it."""
-    x = np.array([p[0] for p in pairs], dtype=np.float64)
-    y = np.array([p[1] for p in pairs], dtype=np.float64)
-    i, j = np.triu_indices(len(x), k=1)
-    apart = x[j] != x[i]
-    slope = float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart])) if apart.any() else 0.0
-    slope = max(0.0, slope)
-    # The intercept (a forward's fixed cost) decides small prefills, the common case in
-    # serving; take it from the smaller half of the points, where it is not lost in noise.
-    small = x <= np.median(x)
-    intercept = max(0.0, float(np.median((y - slope * x)[small])))
-    xs = np.unique(x)
-    return {"tokens": xs.tolist(), "seconds": (intercept + slope * xs).tolist()}
+def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
+    """Seconds by padded tokens: the median at each measured token count, made
+    non-decreasing (pool adjacent violators, weighted by samples). No line through
+    everything: served traffic's small admissions (one request joining a batch) cost a
+    forward's fixed time that a line fitted to large prefills underestimates."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for x, y in pairs:
+        by_x[float(x)].append(float(y))
+    xs = sorted(by_x)
+    medians = [float(np.median(by_x[x])) for x in xs]
+    weights = [len(by_x[x]) for x in xs]
+    blocks: list[list[float]] = []  # [mean, weight, count of xs]
+    for m, w in zip(medians, weights):
+        blocks.append([m, float(w), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    fitted = [m for m, _, n in blocks for _ in range(int(n))]
+    return {"tokens": xs, "seconds": fitted}
+
+
+def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
+    """One request of a workload-like prompt length joining on its own, as in served
+    traffic: its prefill (the admission step) and the draft's catch-up on it (the next
+    K=k_max step)."""
+    length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
+    engine = _engine(pair, max_batch=1, max_len=length + k_max + 8, k_max=k_max, device=device)
+    prompt = _prompts(streams, [length], rng, [DOMAINS[int(rng.integers(len(DOMAINS)))]])[0]
+    engine.add(prompt, max_new_tokens=k_max + 4)
+    return _sample(engine.step(0)), _sample(engine.step(k_max))
 
 
 def _log_spread(logs: list[float]) -> float:
@@ -366,10 +402,15 @@ def measure_profile(
         bar.set_postfix_str(f"prefill B={b} ctx={c}")
         cells[b, c] = _Cell(pair, streams, batch=b, context=c, **kw)
         bar.update()
+    small = []
     for r in range(reps):
         bar.set_postfix_str(f"round {r + 1}/{reps}")
         for cell in cells.values():
             cell.run_round()
+        small += [
+            _small_admission(pair, streams, k_max=k_max, device=device, rng=rng)
+            for _ in range(SMALL_ADMISSIONS)
+        ]
         if between_rounds is not None:
             between_rounds(r)
         bar.update()
@@ -388,7 +429,7 @@ def measure_profile(
         progress=bar.update,
     )
     bar.close()
-    profile = _tabulate(samples, batch_sizes, contexts, k_max, counts, steps)
+    profile = _tabulate(samples, small, batch_sizes, contexts, k_max, counts, steps)
     profile.fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
     profile.meta = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -418,7 +459,7 @@ def _monotone(table: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(_pava, axis, table)
 
 
-def _tabulate(samples, batch_sizes, contexts, k_max, counts, request_steps) -> Profile:
+def _tabulate(samples, small, batch_sizes, contexts, k_max, counts, request_steps) -> Profile:
     nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
     verify = np.zeros((nb, nk, nc))
     draft = np.zeros((nb, nk, nc))
@@ -439,7 +480,7 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts, request_steps) -> P
                 if k:
                     draft[bi, k, ci] = np.median([s["draft"] - s["catchup"] for s in at_k])
                 rest[k] += [s["total"] - s["draft"] - s["verify"] - s["prefill"] for s in at_k]
-            catchup += [(s["catchup_tokens"], s["catchup"]) for s in decode if s["catchup_tokens"]]
+            catchup += [(s["catchup_padded"], s["catchup"]) for s in decode if s["catchup_tokens"]]
         for k in range(nk):
             overhead[bi, k] = max(0.0, float(np.median(rest[k])))
         logs = []
@@ -499,8 +540,8 @@ def _tabulate(samples, batch_sizes, contexts, k_max, counts, request_steps) -> P
         draft_s=draft.tolist(),
         overhead_s=overhead.tolist(),
         time_log_sigma=sigma.tolist(),
-        prefill=_linear_points(prefill),
-        catchup=_linear_points(catchup),
+        prefill=_monotone_points(prefill + [(s["prefill_tokens"], s["prefill"]) for s, _ in small]),
+        catchup=_monotone_points(catchup + [(s["catchup_padded"], s["catchup"]) for _, s in small]),
         acceptance=acceptance,
         acceptance_by_output=by_output,
         acceptance_counts=counts,

@@ -14,8 +14,8 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 * ``time_log_sigma[b]``: spread of a step's time around the table: robust standard deviation
   (1.4826 * MAD) of ``log(measured / table)`` over the steps at batch size ``b``.
 * ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``: the target's prompt
-  prefill and the draft's catch-up forward by padded tokens, a robust line (Theil-Sen)
-  through the measurements, evaluated at the measured token counts.
+  prefill and the draft's catch-up forward by padded tokens (rows x widest row): the median
+  at each measured token count, made non-decreasing (interpolated linearly between).
 * ``acceptance[domain][band][i]``: probability that draft token ``i`` (0-based) is accepted
   given tokens ``0..i-1`` were, for requests of temperature band ``band`` (a name of
   :data:`~specrl.workload.trace.SAMPLING_CONFIGS`: ``greedy``, ``chat``, ``default``), from
