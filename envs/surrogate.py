@@ -328,11 +328,17 @@ class SurrogateSpecEnv(SpecEnvBase):
     # ------------------------------------------------------------------ the oracle
 
     def oracle_k(self) -> int:
-        """The myopic best K for the coming step: argmax over K of expected committed tokens
-        over expected (median) seconds, from the true acceptance of every row the step will
-        decode (those waiting to be admitted included) and the profile's step times. Myopic:
-        it ignores what K does to later steps (the draft's catch-up, rows finishing), so a
-        learned policy may beat it."""
+        """The myopic best K for the coming step: argmax over K of the decode's expected
+        committed tokens over its table (median) seconds, from the true acceptance of every
+        row the step will decode (those waiting to be admitted included): the goodput rule
+        with the true rates instead of an estimate.
+
+        Left out of the ratio: the admission's prefill and first tokens (the same for every
+        K; in the ratio, a long prefill would make any extra token look cheap next to the
+        step's low average rate) and the draft's catch-up (paid once for all the speculation
+        that follows; charged to one step, it would keep a myopic rule off for good once it
+        had been off a while). Myopic: it ignores what K does to later steps, so a learned
+        policy may beat it."""
         n0 = self._n
         free = max(0, self.max_batch - n0)
         incoming = list(self._waiting)[:free]
@@ -341,39 +347,28 @@ class SurrogateSpecEnv(SpecEnvBase):
         generated = self._generated[:n0]
         left = self._left[:n0]
         ctx = self._ctx[:n0]
-        lag = self._lag[:n0]
-        extra_s, committed0 = 0.0, 0
         if incoming:
             g, p, o, lv, _ = (np.array(col) for col in zip(*incoming))
-            width = int(p.max())
-            extra_s = self._prefill_s[len(incoming) * width]
-            committed0 = len(incoming)
             live = o > 1  # a one-token request leaves on its prefill token
             group = np.concatenate([group, g[live]])
             level = np.concatenate([level, lv[live]])
             generated = np.concatenate([generated, np.ones(int(live.sum()), dtype=np.int64)])
             left = np.concatenate([left, o[live] - 1])
             ctx = np.concatenate([ctx, p[live] + 1])
-            lag = np.concatenate([lag, p[live] + 1])
         n = len(left)
         if n == 0:
             return 0
         bucket = int(ctx.max()) // CONTEXT_BUCKET
-        behind = lag > 2 if (self._maybe_behind or incoming) else np.zeros(n, dtype=bool)
-        catchup_s = 0.0
-        if behind.any():
-            catchup_s = self._catchup_s[int(behind.sum()) * (int(lag[behind].max()) - 1)]
         best_k, best_rate = 0, -1.0
         if self.k_max:
             logits = self._logits[group, generated] + level[:, None]  # [n, k_max]
             survive = np.cumprod(1.0 / (1.0 + np.exp(-logits)), axis=1)
         for k in range(self.k_max + 1):
-            tokens = committed0 + n
-            seconds = self._step_s[n][k][bucket] + extra_s
+            tokens = n
+            seconds = self._step_s[n][k][bucket]
             if k:
                 k_rows = np.minimum(left - 1, k)
                 tokens += float((survive[:, :k] * (self._positions[:k] < k_rows[:, None])).sum())
-                seconds += catchup_s
             rate = tokens / seconds if seconds > 0 else 0.0
             if rate > best_rate:
                 best_k, best_rate = k, rate

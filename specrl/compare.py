@@ -12,11 +12,15 @@ import argparse
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.features import BUCKET_LABELS, batch_bucket
+
+_STATIC = re.compile(r"^(off|K=\d+)$")
+"""Names of the static policies: off and the fixed Ks (not the threshold)."""
 
 
 @dataclass
@@ -56,13 +60,13 @@ class ComparisonReport:
     @property
     def best_static(self) -> PolicyResult | None:
         """The best of off and the fixed Ks among the results (None if none ran)."""
-        static = [r for r in self.results if r.policy == "off" or r.policy.startswith("K=")]
+        static = [r for r in self.results if _STATIC.match(r.policy)]
         return max(static, key=lambda r: r.tokens_per_s, default=None)
 
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
         in the steps of that bucket."""
-        static = [r for r in self.results if r.policy == "off" or r.policy.startswith("K=")]
+        static = [r for r in self.results if _STATIC.match(r.policy)]
         out = {}
         for label in BUCKET_LABELS:
             rated = [r for r in static if label in r.bucket_tokens_per_s]
