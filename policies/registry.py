@@ -18,7 +18,7 @@ VALID_FORMS = (
     "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
     "B, off above), schedule:FILE (a vLLM or TensorRT-LLM table, JSON), hf (transformers' "
     "heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput model), oracle "
-    "(surrogate only)"
+    "(surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`)"
 )
 _NO_ARGS = ("off", "hf", "ema", "goodput", "oracle")
 
@@ -71,6 +71,10 @@ def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) 
         return BatchThreshold(k, _bounded(spec, "B", args[1], 0, None), max_batch)
     if kind == "schedule":
         return BatchSchedule.from_file(args[0], max_batch=max_batch, max_len=max_len, k_max=k_max)
+    if kind == "ppo":
+        from specrl.policies.ppo import PPOPolicy
+
+        return PPOPolicy.load(args[0], max_batch=max_batch, k_max=k_max)
     if kind == "hf":
         return HFHeuristic(k_max=k_max)
     if kind == "ema":
@@ -94,7 +98,7 @@ def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) 
 def _split(spec: str) -> tuple[str, list[str]]:
     """``(kind, args)`` of a well-formed ``spec``, else a SpecrlError listing the forms."""
     kind, _, rest = spec.strip().partition(":")
-    if kind == "schedule":
+    if kind in ("schedule", "ppo"):
         args = [rest] if rest else []
         wanted = 1
     else:

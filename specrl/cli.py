@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "specrl.profile.cli",
     "specrl.envs.cli",
     "specrl.compare",
+    "specrl.train.cli",
 ]
 
 

@@ -1,0 +1,148 @@
+"""Train the K controller with PPO on the surrogate: the same training as ``specrl train``.
+
+    python experiments/train_ppo.py --total-timesteps 300000 --seed 1
+    python experiments/train_ppo.py --help
+
+Every field of ``Args`` is an option (``net_arch`` as ``64,64``, ``workloads`` as a comma
+list); its docstring is the help text. The run directory is ``runs/{exp_name}__{seed}__{time}``
+unless ``--out`` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import sys
+import time
+from dataclasses import dataclass
+
+from specrl.errors import SpecrlError
+from specrl.train import TrainConfig, train
+from specrl.train.cli import format_summary
+
+DEFAULT = TrainConfig()
+
+
+@dataclass
+class Args:
+    exp_name: str = "train_ppo"
+    """Name of the experiment: the first part of the run directory's name."""
+    out: str = ""
+    """Run directory; empty: runs/{exp_name}__{seed}__{unix time}."""
+    seed: int = DEFAULT.seed
+    """Seed of the model, the global RNGs and the training envs."""
+    total_timesteps: int = DEFAULT.total_timesteps
+    """Env steps to train for, over all envs."""
+    workloads: tuple[str, ...] = DEFAULT.workloads
+    """Workload presets drawn per training episode."""
+    profile: str = ""
+    """Hardware profile JSON; empty: the one shipped with specrl."""
+    n_envs: int = DEFAULT.n_envs
+    """Training envs stepped together."""
+    n_steps: int = DEFAULT.n_steps
+    """Steps per env per rollout."""
+    batch_size: int = DEFAULT.batch_size
+    """PPO minibatch size."""
+    n_epochs: int = DEFAULT.n_epochs
+    """Passes over each rollout."""
+    learning_rate: float = DEFAULT.learning_rate
+    """Adam learning rate."""
+    gamma: float = DEFAULT.gamma
+    """Discount per step."""
+    gae_lambda: float = DEFAULT.gae_lambda
+    """GAE lambda."""
+    ent_coef: float = DEFAULT.ent_coef
+    """Entropy bonus."""
+    net_arch: tuple[int, ...] = DEFAULT.net_arch
+    """Hidden layer widths of the policy and value networks."""
+    normalize_reward: bool = DEFAULT.normalize_reward
+    """Scale rewards by the running spread of the discounted return (SB3 VecNormalize)."""
+    eval_every: int = DEFAULT.eval_every
+    """Env steps between held-out evaluations (0: the final one only)."""
+    checkpoint_every: int = DEFAULT.checkpoint_every
+    """Env steps between checkpoints."""
+    wandb: str = DEFAULT.wandb
+    """wandb mode: offline, online or disabled."""
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string right below it in the class body)."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
+            if isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+                docs[node.target.id] = after.value.value
+    return docs
+
+
+def _tuple_of(item: type):
+    """argparse type for a comma list: ``"64,64"`` -> ``(64, 64)``."""
+
+    def convert(text: str) -> tuple:
+        return tuple(item(x) for x in text.split(",") if x)
+
+    return convert
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """``Args`` from the command line: one ``--option`` per field, help from its docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    docs = field_docs(Args)
+    for f in dataclasses.fields(Args):
+        option = "--" + f.name.replace("_", "-")
+        kind = f.default.__class__
+        if kind is bool:
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=f.default)
+            continue
+        if kind is tuple:
+            convert = _tuple_of(type(f.default[0]))
+            shown = ",".join(str(x) for x in f.default)
+        else:
+            convert, shown = kind, f.default
+        parser.add_argument(
+            option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
+        )
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def config_from(args: Args) -> TrainConfig:
+    out = args.out or f"runs/{args.exp_name}__{args.seed}__{int(time.time())}"
+    return TrainConfig(
+        out=out,
+        seed=args.seed,
+        total_timesteps=args.total_timesteps,
+        workloads=args.workloads,
+        profile=args.profile or None,
+        n_envs=args.n_envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=args.n_epochs,
+        learning_rate=args.learning_rate,
+        gamma=args.gamma,
+        gae_lambda=args.gae_lambda,
+        ent_coef=args.ent_coef,
+        net_arch=args.net_arch,
+        normalize_reward=args.normalize_reward,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        wandb=args.wandb,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = train(config_from(args))
+    except SpecrlError as err:
+        print(f"train_ppo: error: {err}", file=sys.stderr)
+        return 2
+    print(format_summary(result.summary))
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""``specrl train``: PPO on the surrogate, with checkpoints, held-out evaluation and logs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from specrl.train.config import WANDB_MODES, TrainConfig
+
+    parser = sub.add_parser(
+        "train",
+        help="train the K controller with PPO on the surrogate",
+        description="Train PPO on the surrogate over a mix of workloads with fresh seeds per "
+        "episode. Checkpoints go to RUN_DIR/checkpoints (a killed run continues with "
+        "--resume RUN_DIR), tensorboard logs to RUN_DIR/tb, wandb (offline by default) to "
+        "RUN_DIR/wandb; the final model to RUN_DIR/model.zip and the held-out evaluation "
+        "(tokens/s against the best static K and the oracle) to RUN_DIR/summary.json.",
+    )
+    parser.add_argument("--out", metavar="RUN_DIR", help="run directory of a new run")
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue this run from its newest checkpoint"
+    )
+    parser.add_argument(
+        "--timesteps",
+        type=int,
+        default=None,
+        help=f"total env steps (default {TrainConfig.total_timesteps:,}: about 2.5 minutes on "
+        "2 cores; with --resume: the run's own unless given)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="default 0 (new runs only)")
+    parser.add_argument(
+        "--wandb", choices=WANDB_MODES, default=None, help="wandb mode (default offline)"
+    )
+    parser.add_argument(
+        "--profile", metavar="PROFILE.json", help="hardware profile (default: the shipped one)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The TrainConfig ``args`` ask for, and whether it resumes a run."""
+    from specrl.errors import SpecrlError
+    from specrl.train.config import TrainConfig, load_config
+
+    if bool(args.out) == bool(args.resume):
+        raise SpecrlError("give --out RUN_DIR for a new run or --resume RUN_DIR, not both")
+    changes = {"total_timesteps": args.timesteps, "wandb": args.wandb}
+    changes = {name: value for name, value in changes.items() if value is not None}
+    if args.out:
+        given = {"seed": args.seed, "profile": args.profile}
+        changes.update({name: value for name, value in given.items() if value is not None})
+        return TrainConfig(out=args.out, **changes), False
+    if args.seed is not None or args.profile:
+        raise SpecrlError(
+            "--seed and --profile are fixed when a run starts; --resume takes --timesteps "
+            "and --wandb only"
+        )
+    config = load_config(args.resume)
+    changes["out"] = args.resume
+    return TrainConfig.from_json({**config.to_json(), **changes}, source=args.resume), True
+
+
+def run(args: argparse.Namespace) -> int:
+    from specrl.train.run import train
+
+    config, resume = config_from_args(args)
+    result = train(config, resume=resume, progress=not args.no_progress)
+    print(format_summary(result.summary))
+    print(f"wrote {result.run_dir}/model.zip and {result.run_dir}/summary.json")
+    return 0
+
+
+def format_summary(summary: dict) -> str:
+    """The final held-out evaluation and the time split, as a Markdown table and a line."""
+    final = summary["final_eval"]
+    lines = [
+        f"{summary['num_timesteps']:,} steps; held-out evaluation:",
+        "| workload | PPO tokens/s | best static | / best static | / oracle | K shares |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, w in final["by_workload"].items():
+        shares = " ".join(f"{k}:{s:.2f}" for k, s in w["k_share"].items())
+        lines.append(
+            f"| {name} | {w['tokens_per_s']:.0f} | {w['best_static']} "
+            f"({w['best_static_tokens_per_s']:.0f}) | {w['ratio_best_static']:.3f} | "
+            f"{w['ratio_oracle']:.3f} | {shares} |"
+        )
+    lines.append(
+        f"mean: {final['ratio_best_static']:.3f}x best static, {final['ratio_oracle']:.3f}x oracle"
+    )
+    t = summary["timing"]
+    lines.append(
+        f"this session: {t['steps']:,} steps in {t['wall_s']:.0f} s ({t['steps_per_s']:.0f} "
+        f"steps/s); env {t['env_share']:.0%}, PPO updates {t['update_s'] / t['wall_s']:.0%}, "
+        f"evaluation {t['eval_s'] / t['wall_s']:.0%}, checkpoints "
+        f"{t['checkpoint_s'] / t['wall_s']:.0%}, rest (policy forward in rollouts) "
+        f"{t['rest_s'] / t['wall_s']:.0%}"
+    )
+    return "\n".join(lines)

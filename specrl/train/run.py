@@ -1,0 +1,864 @@
+"""PPO on the surrogate: the training env, checkpoints, held-out evaluation and :func:`train`,
+which ``specrl train`` and ``experiments/train_ppo.py`` share.
+
+stable-baselines3, torch and wandb are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specrl.compare import summarize
+from specrl.envs.rollout import run_episode
+from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
+from specrl.errors import SpecrlError
+from specrl.files import check_header, read_json
+from specrl.policies import make_policy
+from specrl.policies.ppo import POLICY_OBS_NAMES, PPOPolicy, policy_observation
+from specrl.profile import Profile, load_profile
+from specrl.train.config import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    MODEL_FILE,
+    RESUMABLE_CHANGES,
+    SUMMARY_FILE,
+    TrainConfig,
+)
+
+CHECKPOINT_FORMAT = "specrl-train-checkpoint"
+CHECKPOINT_VERSION = 1
+SUMMARY_FORMAT = "specrl-train-summary"
+SUMMARY_VERSION = 1
+
+
+# ----------------------------------------------------------------------------- the training env
+
+
+def profile_reference(profile: Profile, max_batch: int, k_max: int) -> np.ndarray:
+    """The best static tokens/s at each batch size ``0..max_batch`` by the profile
+    (``[max_batch + 1]``): its ``tokens_per_s`` table interpolated over batch sizes, best over
+    K = 0..k_max. Batch 0 reads as 1."""
+    table = np.asarray(profile.tokens_per_s, dtype=np.float64)[:, : k_max + 1]  # [grid, K]
+    batch = np.maximum(np.arange(max_batch + 1), 1)
+    per_k = [np.interp(batch, profile.batch_sizes, table[:, k]) for k in range(k_max + 1)]
+    return np.max(per_k, axis=0)
+
+
+class RateReference:
+    """``rho(B)``: the tokens/s the training steps at ``B`` rows achieve, shared by every
+    training env (one process). Per batch size, committed tokens and seconds are averaged
+    apart (exponential moving averages with weight ``weight``, started at 0, so their ratio
+    is a weighted tokens/s without start-up bias); a batch size not seen yet reads the
+    profile's best static rate (:func:`profile_reference`).
+
+    Why measured rather than taken from the profile: the profile's table times decode steps
+    alone, at the shortest context. Training steps also prefill new requests, run at longer
+    contexts and pay the draft's catch-up after K=0: on ramp with K=0 they reach 92% of the
+    table at one row and 47% at 65-128 rows. Against the table every step was paid mostly
+    for being short, and PPO learned K=0 everywhere (0.96x the best static K).
+    """
+
+    def __init__(self, initial: np.ndarray, *, weight: float = 1e-3):
+        self.initial = np.asarray(initial, dtype=np.float64)  # [max_batch + 1]
+        self.weight = weight
+        self.tokens = np.zeros_like(self.initial)
+        self.seconds = np.zeros_like(self.initial)
+
+    def rate(self, rows: int) -> float:
+        seconds = self.seconds[rows]
+        return self.tokens[rows] / seconds if seconds > 0 else self.initial[rows]
+
+    def observe(self, rows: int, committed: int, seconds: float) -> None:
+        w = self.weight
+        self.tokens[rows] += w * (committed - self.tokens[rows])
+        self.seconds[rows] += w * (seconds - self.seconds[rows])
+
+    def to_json(self) -> dict:
+        return {"tokens": self.tokens.tolist(), "seconds": self.seconds.tolist()}
+
+    def load_json(self, state: dict, source: str) -> None:
+        try:
+            tokens = np.asarray(state["tokens"], dtype=np.float64)
+            seconds = np.asarray(state["seconds"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError):
+            tokens = seconds = np.zeros(0)
+        if tokens.shape != self.tokens.shape or seconds.shape != self.seconds.shape:
+            raise SpecrlError(
+                f"{source}: field 'reference' must hold 'tokens' and 'seconds', one number per "
+                f"batch size 0..{len(self.tokens) - 1}"
+            )
+        self.tokens, self.seconds = tokens, seconds
+
+
+class TrainingEnv(SurrogateSpecEnv):
+    """The surrogate as PPO trains on it. Differences from :class:`SurrogateSpecEnv`:
+
+    ## Starting State
+
+    Every reset draws a workload from ``workloads`` (uniformly, from ``np_random``), then a
+    fresh trace of it from the same stream.
+
+    ## Observation Space
+
+    ``Box(0, 1, (9,), float32)``: the env's observation and ``log_batch``
+    (:func:`specrl.policies.ppo.policy_observation`).
+
+    ## Rewards
+
+    ``(committed - rho(B) * step_seconds) / B``, with ``B`` the rows the step decoded and
+    ``rho(B)`` the tokens/s training has reached at ``B`` rows so far (``reference``, a
+    :class:`RateReference`, read before the step is added to it).
+
+    The env's own reward uses one reference rate for every step, so its undiscounted episode
+    return ranks policies exactly as tokens/s does. But with gamma < 1 a step's best K is the
+    argmax of ``E[committed] - rho * E[seconds]``, which is the argmax of the step's tokens/s
+    only when ``rho`` is the best rate there: a low reference pays for long steps (a probe at
+    rho = 139 learned K=3 at 64 rows), a high one for short steps (rho = 5000 learned off at
+    4 rows). A reference per batch size that follows the rate reached is Dinkelbach's
+    iteration for a ratio objective, per batch size: below the best rate it favours K that
+    beat the current one, and it settles where no K beats it. Dividing by ``B`` makes a step
+    at one row weigh as much as one at 128. The batch a step decodes is set by the workload,
+    not by K (closed loop), so neither change moves the best K at any batch size; but returns
+    no longer rank complete episodes exactly, and the reward drifts as training improves.
+    Evaluation always measures true tokens/s.
+
+    ``env_seconds`` accumulates the wall time spent in ``reset`` and ``step``.
+    """
+
+    def __init__(
+        self,
+        *,
+        workloads: tuple[str, ...],
+        profile: Profile,
+        workload_kwargs: dict,
+        k_max: int,
+        max_batch: int,
+        max_len: int,
+        reference: RateReference,
+    ):
+        super().__init__(
+            profile=profile,
+            workload=workloads[0],
+            workload_kwargs=workload_kwargs,
+            k_max=k_max,
+            max_batch=max_batch,
+            max_len=max_len,
+        )
+        self.workloads = tuple(workloads)
+        self.observation_space = spaces.Box(
+            0.0, 1.0, shape=(len(POLICY_OBS_NAMES),), dtype=np.float32
+        )
+        self.reference = reference
+        self.env_seconds = 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        start = time.perf_counter()
+        if seed is not None:
+            gym.Env.reset(self, seed=seed)
+        self.workload = self.workloads[int(self.np_random.integers(len(self.workloads)))]
+        result = super().reset(options=options)
+        self.env_seconds += time.perf_counter() - start
+        return result
+
+    def step(self, action):
+        start = time.perf_counter()
+        obs, _, terminated, truncated, info = super().step(action)
+        rows = max(info["batch"], 1)
+        committed, seconds = info["committed"], info["step_time_s"]
+        reward = (committed - self.reference.rate(rows) * seconds) / rows
+        self.reference.observe(rows, committed, seconds)
+        self.env_seconds += time.perf_counter() - start
+        return obs, float(reward), terminated, truncated, info
+
+    def _get_obs(self) -> np.ndarray:
+        return policy_observation(super()._get_obs(), self.max_batch)
+
+
+def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
+    path = Path(config.profile) if config.profile else default_profile_path()
+    return load_profile(path), path
+
+
+def _workload_kwargs(config: TrainConfig) -> dict:
+    kwargs = {"peak": config.max_batch}
+    if config.n_requests is not None:
+        kwargs["n_requests"] = config.n_requests
+    return kwargs
+
+
+def new_reference(config: TrainConfig, profile: Profile) -> RateReference:
+    return RateReference(profile_reference(profile, config.max_batch, config.k_max))
+
+
+def make_training_env(
+    config: TrainConfig, profile: Profile, reference: RateReference | None = None
+) -> TrainingEnv:
+    """A training env; envs that share ``reference`` (default: a new one) share ``rho``."""
+    return TrainingEnv(
+        workloads=config.workloads,
+        profile=profile,
+        workload_kwargs=_workload_kwargs(config),
+        k_max=config.k_max,
+        max_batch=config.max_batch,
+        max_len=config.max_len,
+        reference=reference or new_reference(config, profile),
+    )
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+@dataclass
+class EvalResult:
+    """The deterministic policy against the best static K and the oracle on held-out seeds."""
+
+    timesteps: int
+    tokens_per_s: float
+    """The policy's tokens/s over every evaluation episode (sum of tokens / sum of seconds)."""
+    ratio_best_static: float
+    """Mean over workloads of the policy's tokens/s over the best static K's (the best of off
+    and each fixed K on that workload's episodes)."""
+    ratio_oracle: float
+    """Mean over workloads of the policy's tokens/s over the oracle's."""
+    by_workload: dict[str, dict] = field(default_factory=dict)
+    """Per workload: tokens_per_s, best_static (name), best_static_tokens_per_s,
+    oracle_tokens_per_s, ratio_best_static, ratio_oracle, k_share."""
+    k_share: dict[str, float] = field(default_factory=dict)
+    """Share of evaluation steps at each K."""
+    step_k: list[int] = field(default_factory=list, repr=False)
+    """K of every evaluation step (the histogram)."""
+
+    def to_json(self) -> dict:
+        return {
+            "timesteps": self.timesteps,
+            "tokens_per_s": self.tokens_per_s,
+            "ratio_best_static": self.ratio_best_static,
+            "ratio_oracle": self.ratio_oracle,
+            "k_share": self.k_share,
+            "by_workload": self.by_workload,
+        }
+
+
+class Evaluation:
+    """Held-out evaluation: each of ``config.eval_workloads`` for ``eval_episodes`` episodes
+    reset with ``eval_seed + i``. Every static K and the oracle serve the same traces; their
+    results are computed once (the env is seeded and they do not learn)."""
+
+    def __init__(self, config: TrainConfig, profile: Profile):
+        self.k_max = config.k_max
+        self.seeds = [config.eval_seed + i for i in range(config.eval_episodes)]
+        self.envs = {
+            name: SurrogateSpecEnv(
+                profile=profile,
+                workload=name,
+                workload_kwargs=_workload_kwargs(config),
+                k_max=config.k_max,
+                max_batch=config.max_batch,
+                max_len=config.max_len,
+            )
+            for name in config.eval_workloads
+        }
+        self._specs = ["off", *(f"fixed:{k}" for k in range(1, config.k_max + 1)), "oracle"]
+        self._baselines: dict[str, list] | None = None
+
+    def _baseline_results(self) -> dict[str, list]:
+        if self._baselines is None:
+            self._baselines = {}
+            for name, env in self.envs.items():
+                policies = [make_policy(spec, env=env) for spec in self._specs]
+                self._baselines[name] = [
+                    summarize(p.name, [run_episode(env, p, seed=s) for s in self.seeds], self.k_max)
+                    for p in policies
+                ]
+        return self._baselines
+
+    def run(self, policy, timesteps: int) -> EvalResult:
+        """Evaluate ``policy`` (anything with ``predict``) at ``timesteps`` of training."""
+        baselines = self._baseline_results()
+        by_workload, all_episodes = {}, []
+        for name, env in self.envs.items():
+            episodes = [run_episode(env, policy, seed=s) for s in self.seeds]
+            all_episodes += episodes
+            mine = summarize(policy.name, episodes, self.k_max)
+            static = [r for r in baselines[name] if r.policy != "oracle"]
+            best = max(static, key=lambda r: r.tokens_per_s)
+            oracle = next(r for r in baselines[name] if r.policy == "oracle")
+            by_workload[name] = {
+                "tokens_per_s": mine.tokens_per_s,
+                "best_static": best.policy,
+                "best_static_tokens_per_s": best.tokens_per_s,
+                "oracle_tokens_per_s": oracle.tokens_per_s,
+                "ratio_best_static": mine.tokens_per_s / best.tokens_per_s,
+                "ratio_oracle": mine.tokens_per_s / oracle.tokens_per_s,
+                "k_share": mine.k_share,
+            }
+        overall = summarize(policy.name, all_episodes, self.k_max)
+        n = len(by_workload)
+        return EvalResult(
+            timesteps=timesteps,
+            tokens_per_s=overall.tokens_per_s,
+            ratio_best_static=sum(w["ratio_best_static"] for w in by_workload.values()) / n,
+            ratio_oracle=sum(w["ratio_oracle"] for w in by_workload.values()) / n,
+            by_workload=by_workload,
+            k_share=overall.k_share,
+            step_k=[k for e in all_episodes for k in e.step_k],
+        )
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a kill at any moment leaves the old file or the
+    new one, never a part."""
+    tmp = path.with_name(f".{path.name}.partial")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _model_bytes(model) -> bytes:
+    buffer = io.BytesIO()
+    model.save(buffer)  # parameters and the optimizer's state
+    return buffer.getvalue()
+
+
+def _rng_state() -> dict:
+    """The global RNGs SB3 draws from (python, numpy's legacy one, torch's CPU one), as
+    JSON."""
+    import torch
+
+    version, mt, gauss = random.getstate()
+    numpy_state = np.random.get_state(legacy=False)
+    return {
+        "python": [version, list(mt), gauss],
+        "numpy": {
+            "key": numpy_state["state"]["key"].tolist(),
+            "pos": int(numpy_state["state"]["pos"]),
+            "has_gauss": int(numpy_state["has_gauss"]),
+            "gauss": float(numpy_state["gauss"]),
+        },
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii"),
+    }
+
+
+def _set_rng_state(state: dict) -> None:
+    import torch
+
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": np.array(np_state["key"], dtype=np.uint32), "pos": np_state["pos"]},
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
+    raw = bytearray(base64.b64decode(state["torch"]))
+    torch.set_rng_state(torch.frombuffer(raw, dtype=torch.uint8).clone())
+
+
+def _vec_normalize_state(vec_env) -> dict | None:
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not isinstance(vec_env, VecNormalize):
+        return None
+    rms = vec_env.ret_rms
+    return {
+        "mean": float(rms.mean),
+        "var": float(rms.var),
+        "count": float(rms.count),
+        "returns": vec_env.returns.tolist(),
+    }
+
+
+def _set_vec_normalize_state(vec_env, state: dict) -> None:
+    rms = vec_env.ret_rms
+    rms.mean, rms.var, rms.count = (np.float64(state[k]) for k in ("mean", "var", "count"))
+    vec_env.returns = np.array(state["returns"], dtype=np.float64)
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    """The checkpoint directory (``RUN_DIR/checkpoints/step-N``)."""
+    num_timesteps: int
+    config: TrainConfig
+    state: dict
+    """state.json as read: rng, vec_normalize, reference, wandb_id, eval_history."""
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL_FILE
+
+
+def checkpoint_name(num_timesteps: int) -> str:
+    return f"step-{num_timesteps:012d}"
+
+
+def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
+    """Save ``model`` (with its optimizer) and ``state`` as ``checkpoints/step-N``.
+
+    Both files are written into a hidden directory that is then renamed into place: a kill at
+    any moment leaves either the complete checkpoint or none (the previous ones untouched).
+    """
+    root = run_dir / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(model.num_timesteps)
+    if final.exists():
+        return final
+    partial = root / f".partial-{final.name}"
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir()
+    _write_atomic(partial / MODEL_FILE, _model_bytes(model))
+    body = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "num_timesteps": model.num_timesteps,
+        **state,
+    }
+    _write_atomic(partial / "state.json", (json.dumps(body) + "\n").encode())
+    _fsync_dir(partial)
+    os.replace(partial, final)
+    _fsync_dir(root)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
+    """The newest complete checkpoint of the run in ``run_dir``, validated; a missing run
+    directory, no checkpoint, or a checkpoint that fails to read raises a SpecrlError naming
+    it. Reads only."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise SpecrlError(f"cannot resume {run_dir}: no such directory")
+    root = run_dir / CHECKPOINT_DIR
+    found = sorted(root.glob("step-*")) if root.is_dir() else []
+    if not found:
+        raise SpecrlError(
+            f"cannot resume {run_dir}: no checkpoint in {root}; a run saves its first one "
+            "after checkpoint_every steps, and one stopped before that has nothing to resume "
+            f"(delete {run_dir} and start again)"
+        )
+    path = found[-1]
+    remedy = f"delete {path} to resume from the checkpoint before it"
+    obj = read_json(path / "state.json", "checkpoint state", remedy)
+    check_header(
+        obj,
+        str(path / "state.json"),
+        fmt=CHECKPOINT_FORMAT,
+        version=CHECKPOINT_VERSION,
+        what="checkpoint state",
+        remake=remedy,
+    )
+    where = f"checkpoint {path}"
+    steps = obj.get("num_timesteps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise SpecrlError(f"{where}: num_timesteps must be an integer >= 0; {remedy}")
+    if path.name != checkpoint_name(steps):
+        raise SpecrlError(f"{where}: its state says {steps} steps; {remedy}")
+    for key, kind in (("rng", dict), ("eval_history", list), ("reference", dict)):
+        if not isinstance(obj.get(key), kind):
+            raise SpecrlError(f"{where}: field {key!r} missing or not a {kind.__name__}; {remedy}")
+    config = TrainConfig.from_json(obj.get("config"), source=f"{where}: config")
+    if not (path / MODEL_FILE).is_file():
+        raise SpecrlError(f"{where}: {MODEL_FILE} missing; {remedy}")
+    return Checkpoint(path=path, num_timesteps=steps, config=config, state=obj)
+
+
+def _load_model(checkpoint: Checkpoint, vec_env):
+    from stable_baselines3 import PPO
+
+    try:
+        return PPO.load(checkpoint.model_path, env=vec_env, device="cpu")
+    except Exception as err:  # SB3 raises whatever zipfile, torch or pickle raise
+        raise SpecrlError(
+            f"checkpoint {checkpoint.path}: {MODEL_FILE} is not a readable SB3 model ({err}); "
+            f"delete {checkpoint.path} to resume from the checkpoint before it"
+        ) from None
+
+
+# ----------------------------------------------------------------------------- callbacks
+
+
+@dataclass
+class _RunState:
+    """What the callbacks share and the summary reports."""
+
+    run_dir: Path
+    config: TrainConfig
+    evaluation: Evaluation
+    reference: RateReference
+    wandb_id: str | None
+    eval_history: list[dict]
+    next_eval: int
+    next_checkpoint: int
+    eval_s: float = 0.0
+    checkpoint_s: float = 0.0
+    update_s: float = 0.0
+    """Seconds in PPO updates (rollout end to the next rollout start)."""
+    rollout_end: float | None = None
+    last_eval: EvalResult | None = None
+
+    def checkpoint_state(self, vec_env) -> dict:
+        return {
+            "config": self.config.to_json(),
+            "rng": _rng_state(),
+            "vec_normalize": _vec_normalize_state(vec_env),
+            "reference": self.reference.to_json(),
+            "wandb_id": self.wandb_id,
+            "eval_history": self.eval_history,
+        }
+
+    def evaluate(self, model, logger) -> EvalResult:
+        start = time.perf_counter()
+        policy = PPOPolicy(model, max_batch=self.config.max_batch)
+        result = self.evaluation.run(policy, model.num_timesteps)
+        self.eval_s += time.perf_counter() - start
+        self.last_eval = result
+        self.eval_history.append(result.to_json())
+        logger.record("eval/tokens_per_s", result.tokens_per_s)
+        logger.record("eval/ratio_best_static", result.ratio_best_static)
+        logger.record("eval/ratio_oracle", result.ratio_oracle)
+        for name, figures in result.by_workload.items():
+            logger.record(f"eval/{name}/ratio_best_static", figures["ratio_best_static"])
+            logger.record(f"eval/{name}/ratio_oracle", figures["ratio_oracle"])
+        for k, share in result.k_share.items():
+            logger.record(f"eval/k_share_{k}", share)
+        logger.record("eval/k", np.asarray(result.step_k), exclude=("stdout", "log", "json", "csv"))
+        logger.dump(model.num_timesteps)
+        return result
+
+
+def _callbacks(run: _RunState, *, progress: bool) -> list:
+    """SB3 callbacks: evaluation and checkpoints at rollout starts (the policy has just been
+    updated and ``num_timesteps`` counts exactly the steps it learned from), and a progress
+    bar."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class EvalAndCheckpoint(BaseCallback):
+        def _on_rollout_end(self) -> None:
+            run.rollout_end = time.perf_counter()
+
+        def _on_rollout_start(self) -> None:
+            if run.rollout_end is not None:
+                run.update_s += time.perf_counter() - run.rollout_end
+                run.rollout_end = None
+            steps = self.model.num_timesteps
+            if run.config.eval_every and steps >= run.next_eval:
+                run.evaluate(self.model, self.logger)
+                run.next_eval = _next_multiple(steps, run.config.eval_every)
+            if steps >= run.next_checkpoint:
+                start = time.perf_counter()
+                save_checkpoint(self.model, run.run_dir, run.checkpoint_state(self.training_env))
+                run.checkpoint_s += time.perf_counter() - start
+                run.next_checkpoint = _next_multiple(steps, run.config.checkpoint_every)
+
+        def _on_step(self) -> bool:
+            return True
+
+    class ProgressBar(BaseCallback):
+        def _on_training_start(self) -> None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=run.config.total_timesteps,
+                initial=self.model.num_timesteps,
+                unit="step",
+                desc="train",
+                disable=not progress,
+            )
+            self.shown_eval = None
+
+        def _on_step(self) -> bool:
+            self.bar.update(self.training_env.num_envs)
+            if run.last_eval is not None and run.last_eval is not self.shown_eval:
+                self.shown_eval = run.last_eval
+                self.bar.set_postfix_str(
+                    f"eval {run.last_eval.ratio_best_static:.3f}x best static, "
+                    f"{run.last_eval.ratio_oracle:.3f}x oracle"
+                )
+            return True
+
+        def _on_training_end(self) -> None:
+            self.bar.close()
+
+    return [EvalAndCheckpoint(), ProgressBar()]
+
+
+def _next_multiple(steps: int, every: int) -> int:
+    return (steps // every + 1) * every
+
+
+# ----------------------------------------------------------------------------- train
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    num_timesteps: int
+    final_eval: EvalResult
+    summary: dict
+    """What summary.json holds."""
+    model: object = field(repr=False, default=None)
+    """The trained ``stable_baselines3.PPO``."""
+
+
+def _check_fresh(run_dir: Path) -> None:
+    taken = [p for p in (CONFIG_FILE, MODEL_FILE, CHECKPOINT_DIR) if (run_dir / p).exists()]
+    if taken:
+        raise SpecrlError(
+            f"{run_dir} already holds a run ({', '.join(taken)}); continue it with "
+            f"`specrl train --resume {run_dir}` or choose another --out"
+        )
+
+
+def _check_resumable(config: TrainConfig, checkpoint: Checkpoint) -> None:
+    changed = [
+        name for name in config.changes_from(checkpoint.config) if name not in RESUMABLE_CHANGES
+    ]
+    if changed:
+        raise SpecrlError(
+            f"cannot resume {checkpoint.path.parent.parent} with a different {', '.join(changed)}"
+            f" (a resumed run may change only {', '.join(RESUMABLE_CHANGES)}); start a new "
+            "run instead"
+        )
+    if checkpoint.num_timesteps >= config.total_timesteps:
+        raise SpecrlError(
+            f"{checkpoint.path.parent.parent} is trained to {checkpoint.num_timesteps} steps "
+            f"already; pass a total above it (--timesteps) to train on"
+        )
+
+
+def _make_vec_env(config: TrainConfig, profile: Profile, reference: RateReference):
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    vec_env = DummyVecEnv(
+        [lambda: Monitor(make_training_env(config, profile, reference))] * config.n_envs
+    )
+    if config.normalize_reward:
+        vec_env = VecNormalize(vec_env, norm_obs=False, norm_reward=True, gamma=config.gamma)
+    return vec_env
+
+
+def _new_model(config: TrainConfig, vec_env):
+    from stable_baselines3 import PPO
+
+    return PPO(
+        "MlpPolicy",
+        vec_env,
+        n_steps=config.n_steps,
+        batch_size=config.batch_size,
+        n_epochs=config.n_epochs,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        ent_coef=config.ent_coef,
+        learning_rate=config.learning_rate,
+        policy_kwargs={"net_arch": list(config.net_arch)},
+        seed=config.seed,
+        device="cpu",
+        verbose=0,
+    )
+
+
+def _tensorboard_dir(run_dir: Path) -> Path | None:
+    """``RUN_DIR/tb`` (a resumed run adds to it), or None with a warning where tensorboard is
+    not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard") is None:
+        warnings.warn(
+            "tensorboard is not installed: no tensorboard logs, and wandb gets no training "
+            "curves (pip install tensorboard)",
+            stacklevel=3,
+        )
+        return None
+    return run_dir / "tb"
+
+
+def _make_logger(tensorboard_dir: Path | None):
+    """SB3's logger, writing tensorboard events to ``tensorboard_dir`` (None: nothing). Made
+    after wandb.init, whose tensorboard patch must see the event writer created."""
+    from stable_baselines3.common.logger import Logger, configure
+
+    if tensorboard_dir is None:
+        return Logger(folder=None, output_formats=[])
+    return configure(str(tensorboard_dir), ["tensorboard"])
+
+
+def _start_wandb(config: TrainConfig, run_dir: Path, wandb_id: str | None, tensorboard_dir):
+    """A wandb run syncing SB3's tensorboard logs, or None with ``wandb="disabled"``."""
+    if config.wandb == "disabled":
+        return None
+    import wandb
+
+    if tensorboard_dir is not None:
+        # Naming the root before wandb.init keeps the keys as SB3 records them
+        # ("eval/ratio_oracle") and spares wandb a 10 s wait to guess it.
+        wandb.tensorboard.patch(root_logdir=str(tensorboard_dir))
+    try:
+        return wandb.init(
+            project="specrl",
+            name=run_dir.name,
+            id=wandb_id,
+            resume="allow" if wandb_id else None,
+            mode=config.wandb,
+            dir=str(run_dir),
+            config=config.to_json(),
+            sync_tensorboard=tensorboard_dir is not None,
+            settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+        )
+    except Exception:
+        wandb.tensorboard.unpatch()
+        raise
+
+
+def _timing(run: _RunState, vec_env, *, steps: int, wall_s: float) -> dict:
+    """Where this session's training time went: env steps and resets, PPO updates, held-out
+    evaluation, checkpoints, and the rest (mostly the policy's forward passes in rollouts)."""
+    env_s = float(sum(vec_env.get_attr("env_seconds")))
+    return {
+        "steps": steps,
+        "wall_s": wall_s,
+        "steps_per_s": steps / wall_s if wall_s > 0 else 0.0,
+        "env_s": env_s,
+        "env_share": env_s / wall_s if wall_s > 0 else 0.0,
+        "update_s": run.update_s,
+        "eval_s": run.eval_s,
+        "checkpoint_s": run.checkpoint_s,
+        "rest_s": wall_s - env_s - run.update_s - run.eval_s - run.checkpoint_s,
+    }
+
+
+def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, callbacks=()):
+    """Train PPO on the surrogate as ``config`` says; returns a :class:`TrainResult`.
+
+    :param config: the run; ``config.out`` is the run directory.
+    :param resume: continue the run in ``config.out`` from its newest checkpoint, up to
+        ``config.total_timesteps``: model, optimizer, reward-normalisation statistics,
+        timestep count and global RNG state come back; the training envs start fresh
+        episodes from a seed derived from ``(seed, timesteps)`` (the episodes cut by the stop
+        are not replayed). Only :data:`~specrl.train.config.RESUMABLE_CHANGES` may differ
+        from the checkpoint's config. Nothing is written before the checkpoint has been read
+        and the model loaded.
+    :param progress: show a progress bar.
+    :param callbacks: more SB3 callbacks to run.
+    """
+    import torch
+
+    run_dir = Path(config.out)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        _check_resumable(config, checkpoint)
+    else:
+        _check_fresh(run_dir)
+    torch.set_num_threads(config.torch_threads)
+    profile, profile_path = _load_run_profile(config)
+    reference = new_reference(config, profile)
+    vec_env = _make_vec_env(config, profile, reference)
+    if checkpoint is not None:
+        model = _load_model(checkpoint, vec_env)
+        _set_rng_state(checkpoint.state["rng"])
+        reference.load_json(checkpoint.state["reference"], f"checkpoint {checkpoint.path}")
+        if checkpoint.state.get("vec_normalize"):
+            _set_vec_normalize_state(vec_env, checkpoint.state["vec_normalize"])
+        seed = np.random.SeedSequence([config.seed, checkpoint.num_timesteps])
+        vec_env.seed(int(seed.generate_state(1)[0]))
+        wandb_id = checkpoint.state.get("wandb_id")
+        history = list(checkpoint.state["eval_history"])
+    else:
+        model = _new_model(config, vec_env)
+        wandb_id, history = None, []
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config.save(run_dir / CONFIG_FILE)
+    start_steps = model.num_timesteps
+    run = _RunState(
+        run_dir=run_dir,
+        config=config,
+        evaluation=Evaluation(config, profile),
+        reference=reference,
+        wandb_id=wandb_id,
+        eval_history=history,
+        next_eval=_next_multiple(start_steps, config.eval_every) if config.eval_every else 0,
+        next_checkpoint=_next_multiple(start_steps, config.checkpoint_every),
+    )
+    tensorboard_dir = _tensorboard_dir(run_dir)
+    wandb_run = logger = None
+    try:
+        wandb_run = _start_wandb(config, run_dir, wandb_id, tensorboard_dir)
+        if wandb_run is not None:
+            run.wandb_id = wandb_run.id  # a resumed run logs to the same wandb run
+        logger = _make_logger(tensorboard_dir)
+        model.set_logger(logger)
+        all_callbacks = _callbacks(run, progress=progress) + list(callbacks)
+        if wandb_run is not None:
+            from wandb.integration.sb3 import WandbCallback
+
+            all_callbacks.append(WandbCallback(verbose=0))
+        wall = time.perf_counter()
+        model.learn(
+            total_timesteps=config.total_timesteps - start_steps,
+            callback=all_callbacks,
+            reset_num_timesteps=checkpoint is None,
+        )
+        end = time.perf_counter()
+        wall_s = end - wall
+        if run.rollout_end is not None:  # the last update ends the run
+            run.update_s += end - run.rollout_end
+        timing = _timing(run, vec_env, steps=model.num_timesteps - start_steps, wall_s=wall_s)
+        final = run.evaluate(model, logger)
+        _write_atomic(run_dir / MODEL_FILE, _model_bytes(model))
+        save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
+        summary = {
+            "format": SUMMARY_FORMAT,
+            "version": SUMMARY_VERSION,
+            "num_timesteps": model.num_timesteps,
+            "profile": str(profile_path),
+            "profile_sha256": hashlib.sha256(profile_path.read_bytes()).hexdigest(),
+            "wandb_id": run.wandb_id,
+            "final_eval": final.to_json(),
+            "eval_history": run.eval_history,
+            "timing": timing,
+            "config": config.to_json(),
+        }
+        _write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())
+    finally:
+        vec_env.close()
+        if logger is not None:
+            logger.close()  # the last tensorboard events are on disk before wandb finishes
+        if wandb_run is not None:
+            wandb_run.finish()
+    return TrainResult(
+        run_dir=run_dir,
+        num_timesteps=model.num_timesteps,
+        final_eval=final,
+        summary=summary,
+        model=model,
+    )

@@ -1,0 +1,533 @@
+"""PPO training: the training env's reward and observation, tiny runs that write a model,
+checkpoints and a summary, resume after a crash and after ``kill -9``, refusals that write
+nothing, wandb's offline history, and the experiment script's --help."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specrl.errors import SpecrlError
+from specrl.profile.synthetic import linear_profile
+from specrl.train import TrainConfig, latest_checkpoint, load_config, train
+from specrl.train.run import (
+    RateReference,
+    TrainingEnv,
+    make_training_env,
+    new_reference,
+    profile_reference,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def profile_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("profile") / "linear.json"
+    linear_profile().save(path)
+    return path
+
+
+def tiny(out: Path, profile_path: Path, **changes) -> TrainConfig:
+    """A run of seconds: batch up to 8, 8-request traces, a network of 8 units."""
+    settings = dict(
+        out=str(out),
+        total_timesteps=512,
+        workloads=("ramp", "steady-2", "steady-8"),
+        n_requests=8,
+        profile=str(profile_path),
+        max_batch=8,
+        n_envs=2,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        net_arch=(8,),
+        checkpoint_every=256,
+        eval_every=256,
+        eval_workloads=("ramp",),
+        wandb="disabled",
+    )
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, profile_path) -> Path:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    train(tiny(run_dir, profile_path), progress=False)
+    return run_dir
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and modification time."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_config_rejects_bad_settings_with_the_field_name(tmp_path):
+    for changes, words in (
+        ({"batch_size": 4096}, "batch_size"),
+        ({"workloads": ("ramp", "weekend")}, "workloads"),
+        ({"workloads": ()}, "workloads"),
+        ({"gamma": 0.0}, "gamma"),
+        ({"wandb": "cloud"}, "wandb"),
+        ({"net_arch": (8, 0)}, "net_arch"),
+        ({"eval_seed": 1, "seed": 0}, "overlap"),
+        ({"total_timesteps": 0}, "total_timesteps"),
+    ):
+        with pytest.raises(SpecrlError, match=words):
+            TrainConfig(out=str(tmp_path), **changes)
+
+
+def test_config_round_trips_through_json_and_rejects_unknown_fields(tmp_path):
+    config = TrainConfig(out=str(tmp_path / "run"), net_arch=[16, 16], workloads=["ramp"])
+    assert config.net_arch == (16, 16) and config.workloads == ("ramp",)
+    assert TrainConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+    with pytest.raises(SpecrlError, match="unknown fields \\['lr'\\]"):
+        TrainConfig.from_json({**config.to_json(), "lr": 1e-3})
+    with pytest.raises(SpecrlError, match="n_envs"):
+        TrainConfig.from_json({**config.to_json(), "n_envs": "8"})
+
+
+# ----------------------------------------------------------------------------- the env
+
+
+def test_training_env_centres_each_step_at_the_rate_reached_at_its_batch_size(profile_path):
+    config = tiny(Path("unused"), profile_path)
+    reference = new_reference(config, linear_profile())
+    env = make_training_env(config, linear_profile(), reference)
+    other = make_training_env(config, linear_profile(), reference)
+    assert other.reference is env.reference
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (9,) and env.observation_space.contains(obs)
+    for k in (0, 2, 4, 1, 4, 4):
+        before = [reference.rate(rows) for rows in range(9)]
+        obs, reward, *_, info = env.step(k)
+        rows = max(info["batch"], 1)
+        rho = before[rows]
+        assert reward == pytest.approx((info["committed"] - rho * info["step_time_s"]) / rows)
+        assert reference.rate(rows) != rho  # the step is added after its reward
+        assert obs[-1] == pytest.approx(np.log(max(round(obs[0] * 8), 1)) / np.log(8))
+    assert env.env_seconds > 0
+
+
+def test_rate_reference_starts_at_the_profile_and_follows_the_rates_reached():
+    profile = linear_profile()
+    initial = profile_reference(profile, 128, 4)
+    for i, batch in enumerate(profile.batch_sizes):
+        assert initial[batch] == pytest.approx(max(profile.tokens_per_s[i]))
+    reference = RateReference(initial, weight=0.5)
+    assert reference.rate(3) == initial[3]
+    reference.observe(3, committed=6, seconds=0.1)
+    assert reference.rate(3) == pytest.approx(60.0)
+    reference.observe(3, committed=2, seconds=0.1)
+    # Weighted sums over weighted sums: (0.25 * 6 + 0.5 * 2) / (0.25 * 0.1 + 0.5 * 0.1).
+    assert reference.rate(3) == pytest.approx(2.5 / 0.075)
+    assert reference.rate(4) == initial[4]
+    restored = RateReference(initial)
+    restored.load_json(json.loads(json.dumps(reference.to_json())), "test")
+    assert restored.rate(3) == reference.rate(3)
+    with pytest.raises(SpecrlError, match="'reference' must hold"):
+        restored.load_json({"tokens": [1.0]}, "test")
+
+
+def test_training_env_draws_workloads_from_its_seeded_stream(profile_path):
+    config = tiny(Path("unused"), profile_path)
+
+    def drawn(seed: int) -> list[str]:
+        env = make_training_env(config, linear_profile())
+        env.reset(seed=seed)
+        names = [env.workload]
+        for _ in range(11):
+            env.reset()
+            names.append(env.workload)
+        return names
+
+    assert drawn(5) == drawn(5)
+    assert set(drawn(5)) == set(config.workloads)
+    assert isinstance(make_training_env(config, linear_profile()), TrainingEnv)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def test_tiny_run_writes_model_checkpoints_and_summary(finished_run):
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies.ppo import PPOPolicy
+
+    names = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
+    assert names == ["step-000000000256", "step-000000000512"]
+    summary = json.loads((finished_run / "summary.json").read_text())
+    assert summary["num_timesteps"] == 512
+    final = summary["final_eval"]
+    assert set(final["by_workload"]) == {"ramp"}
+    assert 0 < final["ratio_best_static"] < 2 and 0 < final["ratio_oracle"] < 2
+    assert [e["timesteps"] for e in summary["eval_history"]] == [256, 512]
+    timing = summary["timing"]
+    assert timing["steps"] == 512 and 0 < timing["env_share"] < 1
+    assert len(summary["profile_sha256"]) == 64
+    assert load_config(finished_run).total_timesteps == 512
+
+    policy = PPOPolicy.load(finished_run)
+    assert policy.model.observation_space.shape == (9,)
+    plain = SurrogateSpecEnv(profile=linear_profile(), workload="ramp", max_batch=8)
+    obs, _ = plain.reset(seed=0)
+    action, state = policy.predict(obs)
+    assert isinstance(action, np.int64) and 0 <= action <= 4 and state is None
+    assert policy.predict(np.stack([obs, obs]))[0].shape == (2,)
+
+
+def test_a_run_directory_is_never_trained_over(finished_run):
+    before = snapshot(finished_run)
+    with pytest.raises(SpecrlError, match="already holds a run.*--resume"):
+        train(load_config(finished_run), progress=False)
+    with pytest.raises(SpecrlError, match="trained to 512 steps already"):
+        train(load_config(finished_run), resume=True, progress=False)
+    assert snapshot(finished_run) == before
+
+
+class _CrashAt:
+    """An SB3 callback that raises once training has passed ``steps``: a crash mid-run."""
+
+    def __new__(cls, steps: int):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Crash(BaseCallback):
+            def _on_step(self) -> bool:
+                if self.num_timesteps > steps:
+                    raise RuntimeError("simulated crash")
+                return True
+
+        return Crash()
+
+
+class _Capture:
+    """An SB3 callback that records the model's state when training starts."""
+
+    def __new__(cls, into: dict):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Capture(BaseCallback):
+            def _on_training_start(self) -> None:
+                into["num_timesteps"] = self.model.num_timesteps
+                into["optimizer"] = copy.deepcopy(self.model.policy.optimizer.state_dict())
+                into["numpy"] = np.random.get_state(legacy=False)["state"]["key"].copy()
+                into["torch"] = torch.get_rng_state().clone()
+
+            def _on_step(self) -> bool:
+                return True
+
+        return Capture()
+
+
+def _assert_resumed_from(captured: dict, checkpoint) -> None:
+    from stable_baselines3 import PPO
+
+    assert captured["num_timesteps"] == checkpoint.num_timesteps
+    saved = PPO.load(checkpoint.model_path, device="cpu").policy.optimizer.state_dict()
+    assert captured["optimizer"]["state"], "the optimizer has taken steps"
+    for index, moments in saved["state"].items():
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(captured["optimizer"]["state"][index][name], moments[name])
+    rng = checkpoint.state["rng"]
+    assert np.array_equal(captured["numpy"], np.array(rng["numpy"]["key"], dtype=np.uint32))
+    assert captured["torch"].numpy().tobytes() == base64.b64decode(rng["torch"])
+
+
+def test_resume_after_a_crash_continues_from_the_last_checkpoint(tmp_path, profile_path):
+    config = tiny(tmp_path / "run", profile_path, total_timesteps=768, eval_every=0)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(config, progress=False, callbacks=[_CrashAt(400)])
+    checkpoint = latest_checkpoint(config.out)
+    assert checkpoint.num_timesteps == 256
+    assert not (tmp_path / "run" / "model.zip").exists()
+    # A save cut by the crash leaves a hidden partial directory; resume ignores it.
+    partial = tmp_path / "run" / "checkpoints" / ".partial-step-000000000512"
+    partial.mkdir()
+    (partial / "model.zip").write_bytes(b"PK\x03")
+
+    captured: dict = {}
+    result = train(config, resume=True, progress=False, callbacks=[_Capture(captured)])
+    _assert_resumed_from(captured, checkpoint)
+    assert result.num_timesteps == 768
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
+    assert names == ["step-000000000256", "step-000000000512", "step-000000000768"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["num_timesteps"] == 768
+
+
+def test_resume_after_kill_9(tmp_path, profile_path):
+    config = tiny(tmp_path / "run", profile_path, total_timesteps=100_000, eval_every=0)
+    code = (
+        "import json, sys; from specrl.train import TrainConfig, train; "
+        "train(TrainConfig.from_json(json.loads(sys.argv[1])), progress=False)"
+    )
+    errors = tmp_path / "stderr.txt"
+    with open(errors, "w") as stderr:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(config.to_json())],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    checkpoints = tmp_path / "run" / "checkpoints"
+    deadline = time.monotonic() + 90
+    try:
+        while not len(list(checkpoints.glob("step-*"))) >= 2:
+            assert child.poll() is None, errors.read_text()
+            assert time.monotonic() < deadline, "no checkpoint within 90 s"
+            time.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    checkpoint = latest_checkpoint(config.out)
+    assert checkpoint.num_timesteps >= 512
+    captured: dict = {}
+    resumed = config.to_json() | {"total_timesteps": checkpoint.num_timesteps + 256}
+    result = train(
+        TrainConfig.from_json(resumed), resume=True, progress=False, callbacks=[_Capture(captured)]
+    )
+    _assert_resumed_from(captured, checkpoint)
+    assert result.num_timesteps == checkpoint.num_timesteps + 256
+
+
+def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
+    tmp_path, profile_path, finished_run, capsys
+):
+    from specrl.cli import main
+
+    missing = tmp_path / "missing"
+    with pytest.raises(SpecrlError, match=f"cannot resume {missing}: no such directory"):
+        train(tiny(missing, profile_path), resume=True, progress=False)
+    assert main(["train", "--resume", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not missing.exists()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SpecrlError, match="no checkpoint in"):
+        train(tiny(empty, profile_path), resume=True, progress=False)
+    assert list(empty.iterdir()) == []
+
+    for broken, words in (
+        ("state.json", "state.json is not valid JSON"),
+        ("model.zip", "model.zip is not a readable SB3 model"),
+    ):
+        run_dir = tmp_path / f"broken-{broken}"
+        shutil.copytree(finished_run, run_dir)
+        (run_dir / "summary.json").unlink()
+        (run_dir / "model.zip").unlink()
+        latest = run_dir / "checkpoints" / "step-000000000512"
+        (latest / broken).write_bytes(b"{ truncated")
+        before = snapshot(run_dir)
+        config = tiny(run_dir, profile_path, total_timesteps=1024)
+        with pytest.raises(SpecrlError, match=f"{latest}.*{words}|{words}.*{latest}"):
+            train(config, resume=True, progress=False)
+        assert snapshot(run_dir) == before
+
+
+def test_resume_refuses_a_changed_config(tmp_path, profile_path, finished_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    config = tiny(run_dir, profile_path, total_timesteps=1024, gamma=0.5)
+    with pytest.raises(SpecrlError, match="different gamma"):
+        train(config, resume=True, progress=False)
+
+
+def test_cli_checks_out_and_resume(tmp_path):
+    import argparse
+
+    from specrl.train.cli import config_from_args
+
+    def args(**kw):
+        base = dict(out=None, resume=None, timesteps=None, seed=None, wandb=None, profile=None)
+        return argparse.Namespace(**(base | kw))
+
+    with pytest.raises(SpecrlError, match="not both"):
+        config_from_args(args(out="a", resume="b"))
+    with pytest.raises(SpecrlError, match="not both"):
+        config_from_args(args())
+    config, resume = config_from_args(args(out=str(tmp_path), timesteps=1000, seed=3))
+    assert (config.total_timesteps, config.seed, resume) == (1000, 3, False)
+    with pytest.raises(SpecrlError, match="fixed when a run starts"):
+        config_from_args(args(resume=str(tmp_path), seed=1))
+
+
+# ----------------------------------------------------------------------------- wandb
+
+
+def _wandb_log_records(path: Path):
+    """The records of a wandb transaction log (``run-ID.wandb``): a 7-byte header
+    (``:W&B``, magic, version), then LevelDB log blocks of 32 KiB whose chunks (checksum,
+    length, type: full, first, middle, last) carry one protobuf ``Record`` each."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a wandb transaction log"
+    block, header = 32768, 7
+    pos, parts = header, []
+    while pos + header <= len(data):
+        left = block - pos % block
+        if left < header:  # the block's tail is padding
+            pos += left
+            continue
+        _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + header])
+        chunk = data[pos + header : pos + header + length]
+        pos += header + length
+        if kind == 1:
+            yield chunk
+        elif kind == 2:
+            parts = [chunk]
+        elif kind == 3:
+            parts.append(chunk)
+        elif kind == 4:
+            yield b"".join([*parts, chunk])
+
+
+class _Linger:
+    """An SB3 callback that makes training last at least ``seconds``. wandb's service looks
+    for new tensorboard event files every 5 s and reads them on its own schedule: a run of a
+    second or two (this test's) can finish before anything is read, and then nothing is
+    synced. Runs of minutes are not affected."""
+
+    def __new__(cls, seconds: float):
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Linger(BaseCallback):
+            def _on_training_start(self) -> None:
+                self.start = time.monotonic()
+
+            def _on_step(self) -> bool:
+                return True
+
+            def _on_training_end(self) -> None:
+                time.sleep(max(0.0, seconds - (time.monotonic() - self.start)))
+
+        return Linger()
+
+
+def test_wandb_offline_run_logs_the_evaluation(tmp_path, profile_path):
+    pytest.importorskip("tensorboard")
+    from wandb.proto import wandb_internal_pb2
+
+    config = tiny(tmp_path / "run", profile_path, total_timesteps=256, wandb="offline")
+    train(config, progress=False, callbacks=[_Linger(12.0)])
+    logs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(logs) == 1
+    history: dict[str, list] = {}
+    for payload in _wandb_log_records(logs[0]):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        if record.WhichOneof("record_type") == "history":
+            for item in record.history.item:
+                key = item.key or "/".join(item.nested_key)
+                history.setdefault(key, []).append(json.loads(item.value_json))
+    for key in ("eval/tokens_per_s", "eval/ratio_best_static", "eval/ratio_oracle"):
+        assert key in history, sorted(history)
+        assert all(value > 0 for value in history[key])
+    assert history["eval/k/_type"] == ["histogram"] * len(history["eval/ratio_oracle"])
+    assert "train/approx_kl" in history
+
+
+# ----------------------------------------------------------------------------- the script
+
+
+def test_experiment_script_help_lists_every_field_with_its_docstring():
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / "train_ppo.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--total-timesteps" in done.stdout and "--net-arch" in done.stdout
+    assert "Env steps to train for, over all envs." in done.stdout
+
+
+def test_experiment_script_builds_the_same_config():
+    sys.path.insert(0, str(REPO / "experiments"))
+    try:
+        import train_ppo
+    finally:
+        sys.path.remove(str(REPO / "experiments"))
+    args = train_ppo.parse_args(["--net-arch", "16,16", "--no-normalize-reward", "--seed", "4"])
+    config = train_ppo.config_from(args)
+    assert config.net_arch == (16, 16) and config.seed == 4
+    assert config.out.startswith("runs/train_ppo__4__")
+    defaults = train_ppo.config_from(train_ppo.parse_args([]))
+    assert defaults.to_json() | {"out": ""} == TrainConfig().to_json() | {"out": ""}
+
+
+def test_ppo_policy_refuses_a_run_for_another_env(finished_run, tmp_path):
+    from specrl.policies.ppo import PPOPolicy
+
+    assert PPOPolicy.load(finished_run, max_batch=8, k_max=4).k_max == 4
+    with pytest.raises(SpecrlError, match="max_batch=8, the env has max_batch=128"):
+        PPOPolicy.load(finished_run, max_batch=128)
+    with pytest.raises(SpecrlError, match="k_max=4, the env has k_max=2"):
+        PPOPolicy.load(finished_run, k_max=2)
+    with pytest.raises(SpecrlError, match="not found"):
+        PPOPolicy.load(tmp_path / "nothing")
+
+
+def test_reward_normalisation_statistics_come_back_on_resume(tmp_path, profile_path):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    config = tiny(
+        tmp_path / "run", profile_path, total_timesteps=256, eval_every=0, normalize_reward=True
+    )
+    train(config, progress=False)
+    saved = latest_checkpoint(config.out).state["vec_normalize"]
+    assert saved["count"] > 256
+
+    seen: dict = {}
+
+    class Peek:
+        def __new__(cls):
+            from stable_baselines3.common.callbacks import BaseCallback
+
+            class PeekAtStart(BaseCallback):
+                def _on_training_start(self) -> None:
+                    env = self.model.get_env()
+                    assert isinstance(env, VecNormalize)
+                    seen.update(mean=env.ret_rms.mean, var=env.ret_rms.var, count=env.ret_rms.count)
+
+                def _on_step(self) -> bool:
+                    return True
+
+            return PeekAtStart()
+
+    resumed = TrainConfig.from_json(config.to_json() | {"total_timesteps": 384})
+    train(resumed, resume=True, progress=False, callbacks=[Peek()])
+    assert seen == pytest.approx({k: saved[k] for k in ("mean", "var", "count")})
+
+
+def test_compare_runs_a_trained_run_by_name(finished_run, profile_path):
+    """`ppo:RUN_DIR` in the policy registry: the trained policy runs beside the baselines."""
+    from specrl.compare import compare_policies
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies import make_policy
+
+    env = SurrogateSpecEnv(
+        profile=profile_path, workload="steady-4", workload_kwargs={"n_requests": 8}, max_batch=8
+    )
+    policies = [make_policy(s, env=env) for s in ("off", f"ppo:{finished_run}")]
+    report = compare_policies(env, policies, episodes=1, progress=False)
+    assert [r.policy for r in report.results] == ["off", "ppo"]
+    tokens = {sum(e.tokens for e in r.episodes) for r in report.results}
+    assert len(tokens) == 1
