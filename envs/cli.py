@@ -72,7 +72,6 @@ def _traces(args):
 
 def validate(args: argparse.Namespace) -> int:
     import json
-    import math
 
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
@@ -156,7 +155,7 @@ def validate(args: argparse.Namespace) -> int:
     if args.json:
         out = {"profile": str(args.profile), "policies": [r.to_json() for r in rows]}
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=lambda x: None if math.isnan(x) else x)
+            json.dump(out, f, indent=1)
         print(f"wrote {args.json}")
     return 0
 

@@ -255,9 +255,15 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._n = m
         return finished
 
-    def _rates(self, rows: slice | np.ndarray, generated: np.ndarray, k: int) -> np.ndarray:
-        """True conditional acceptance of draft positions ``0..k-1`` per row: [n, k]."""
-        logits = self._logits[self._group[rows], generated, :k] + self._level[rows, None]
+    def _rates(
+        self,
+        group: np.ndarray,  # [n] (domain, band) index per row
+        level: np.ndarray,  # [n] the request's logit offset
+        generated: np.ndarray,  # [n] tokens generated so far
+        k: int,
+    ) -> np.ndarray:  # [n, k]
+        """True conditional acceptance of draft positions ``0..k-1`` per row."""
+        logits = self._logits[group, generated, :k] + level[:, None]
         return 1.0 / (1.0 + np.exp(-logits))
 
     def _serve(self, k: int) -> Served:
@@ -286,7 +292,7 @@ class SurrogateSpecEnv(SpecEnvBase):
                     width = int(lag[behind].max()) - 1
                     extra_s += self._catchup_s[int(behind.sum()) * width]
                 self._maybe_behind = False
-            ok = rng.random((n, k)) < self._rates(slice(0, n), generated, k)
+            ok = rng.random((n, k)) < self._rates(self._group[:n], self._level[:n], generated, k)
             if int(left.min()) <= k:
                 k_rows = np.minimum(left - 1, k)
                 ok &= self._positions[:k] < k_rows[:, None]
@@ -361,8 +367,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         bucket = int(ctx.max()) // CONTEXT_BUCKET
         best_k, best_rate = 0, -1.0
         if self.k_max:
-            logits = self._logits[group, generated] + level[:, None]  # [n, k_max]
-            survive = np.cumprod(1.0 / (1.0 + np.exp(-logits)), axis=1)
+            survive = np.cumprod(self._rates(group, level, generated, self.k_max), axis=1)
         for k in range(self.k_max + 1):
             tokens = n
             seconds = self._step_s[n][k][bucket]

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from specrl.errors import SpecrlError
 from specrl.features import BUCKET_LABELS, batch_bucket
 
@@ -49,6 +51,12 @@ class PolicyResult:
         }
 
 
+def best_static(results: list[PolicyResult]) -> PolicyResult | None:
+    """The best of off and the fixed Ks among ``results`` (None if none ran)."""
+    static = [r for r in results if _STATIC.match(r.policy)]
+    return max(static, key=lambda r: r.tokens_per_s, default=None)
+
+
 @dataclass
 class ComparisonReport:
     env: str
@@ -60,8 +68,7 @@ class ComparisonReport:
     @property
     def best_static(self) -> PolicyResult | None:
         """The best of off and the fixed Ks among the results (None if none ran)."""
-        static = [r for r in self.results if _STATIC.match(r.policy)]
-        return max(static, key=lambda r: r.tokens_per_s, default=None)
+        return best_static(self.results)
 
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
@@ -139,14 +146,8 @@ class ComparisonReport:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default), NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """Linear-interpolation percentile, NaN for no values."""
+    return float(np.percentile(values, q)) if values else math.nan
 
 
 def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -51,3 +52,15 @@ def check_header(
             f"{source}: field 'version' is {found!r}; this specrl reads version "
             f"{readable}, {remake}"
         )
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` so that a kill (or a reader) at any moment sees the old file
+    or the new one, never a part: a flushed, fsynced temporary file renamed into place."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial")
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -58,14 +58,13 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 from dataclasses import InitVar, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.features import STALE_STEPS
-from specrl.files import check_header, read_json
+from specrl.files import check_header, read_json, write_atomic
 
 TABLE_FORMAT = "specrl-k-table"
 TABLE_VERSION = 1
@@ -187,9 +186,7 @@ class KTable:
             else:
                 text = json.dumps(value)
             lines.append(f" {json.dumps(key)}: {text}")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
-        os.replace(tmp, path)
+        write_atomic(path, "{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def table_from_json(obj, source: str = "K table") -> KTable:

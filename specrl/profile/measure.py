@@ -326,14 +326,7 @@ def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
         by_x[float(x)].append(float(y))
     xs = sorted(by_x)
     medians = [float(np.median(by_x[x])) for x in xs]
-    weights = [len(by_x[x]) for x in xs]
-    blocks: list[list[float]] = []  # [mean, weight, count of xs]
-    for m, w in zip(medians, weights):
-        blocks.append([m, float(w), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    fitted = [m for m, _, n in blocks for _ in range(int(n))]
+    fitted = _pava(np.array(medians), np.array([len(by_x[x]) for x in xs])).tolist()
     return {"tokens": xs, "seconds": fitted}
 
 
@@ -444,15 +437,16 @@ def measure_profile(
     return profile
 
 
-def _pava(y: np.ndarray) -> np.ndarray:
-    """Least-squares non-decreasing fit (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, weight]
-    for v in y:
-        blocks.append([float(v), 1.0])
+def _pava(y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
+    blocks: list[list[float]] = []  # [mean, weight, values pooled]
+    for v, wv in zip(y, w):
+        blocks.append([float(v), float(wv), 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, w2), (m1, w1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2])
-    return np.concatenate([np.full(int(w), m) for m, w in blocks])
+            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([np.full(int(n), m) for m, _, n in blocks])
 
 
 def _monotone(table: np.ndarray, axis: int) -> np.ndarray:

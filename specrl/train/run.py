@@ -22,11 +22,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from specrl.compare import summarize
+from specrl.compare import best_static, summarize
 from specrl.envs.rollout import run_episode
 from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError
-from specrl.files import check_header, read_json
+from specrl.files import check_header, read_json, write_atomic
 from specrl.policies import make_policy
 from specrl.policies.ppo import POLICY_OBS_NAMES, PPOPolicy, policy_observation
 from specrl.profile import Profile, load_profile
@@ -294,8 +294,7 @@ class Evaluation:
             episodes = [run_episode(env, policy, seed=s) for s in self.seeds]
             all_episodes += episodes
             mine = summarize(policy.name, episodes, self.k_max)
-            static = [r for r in baselines[name] if r.policy != "oracle"]
-            best = max(static, key=lambda r: r.tokens_per_s)
+            best = best_static(baselines[name])
             oracle = next(r for r in baselines[name] if r.policy == "oracle")
             by_workload[name] = {
                 "tokens_per_s": mine.tokens_per_s,
@@ -320,17 +319,6 @@ class Evaluation:
 
 
 # ----------------------------------------------------------------------------- checkpoints
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a kill at any moment leaves the old file or the
-    new one, never a part."""
-    tmp = path.with_name(f".{path.name}.partial")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -437,14 +425,14 @@ def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir()
-    _write_atomic(partial / MODEL_FILE, _model_bytes(model))
+    write_atomic(partial / MODEL_FILE, _model_bytes(model))
     body = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "num_timesteps": model.num_timesteps,
         **state,
     }
-    _write_atomic(partial / "state.json", (json.dumps(body) + "\n").encode())
+    write_atomic(partial / "state.json", (json.dumps(body) + "\n").encode())
     _fsync_dir(partial)
     os.replace(partial, final)
     _fsync_dir(root)
@@ -834,7 +822,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             run.update_s += end - run.rollout_end
         timing = _timing(run, vec_env, steps=model.num_timesteps - start_steps, wall_s=wall_s)
         final = run.evaluate(model, logger)
-        _write_atomic(run_dir / MODEL_FILE, _model_bytes(model))
+        write_atomic(run_dir / MODEL_FILE, _model_bytes(model))
         save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
         summary = {
             "format": SUMMARY_FORMAT,
@@ -848,7 +836,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "timing": timing,
             "config": config.to_json(),
         }
-        _write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())
+        write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())
     finally:
         vec_env.close()
         if logger is not None:
