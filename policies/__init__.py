@@ -3,7 +3,7 @@
 Every controller has SB3's ``predict(obs, state=None, episode_start=None,
 deterministic=False)`` and a short ``name`` for result tables. By command-line name
 (:func:`make_policy`): ``off``, ``fixed:K``, ``threshold:K:B``, ``schedule:FILE``, ``hf``,
-``ema``, ``goodput``, ``oracle``.
+``ema``, ``goodput``, ``oracle``, ``ppo:RUN_DIR``, ``lookup:TABLE.json``.
 """
 
 from specrl.policies.adaptive import AcceptEMA, HFHeuristic

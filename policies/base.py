@@ -14,6 +14,7 @@ import numpy as np
 
 from specrl.envs.base import OBS_NAMES
 from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS
 
 BATCH = OBS_NAMES.index("batch")
 ACCEPTANCE = OBS_NAMES.index("acceptance")
@@ -47,6 +48,18 @@ def drafted_last_step(row: np.ndarray) -> bool:
 def last_k(row: np.ndarray, k_max: int) -> int:
     """K of the step just taken."""
     return int(np.rint(row[LAST_K] * k_max))
+
+
+def since_measured(previous: int, staleness: float, start: bool) -> int:
+    """Steps since a step last drafted, from the observation's ``staleness`` and the count
+    kept so far (``previous``). Below 1 the staleness is ``since / STALE_STEPS`` exactly; at 1
+    it saturates, and the count goes on from ``previous`` (or starts at ``STALE_STEPS`` at an
+    episode's start, as the env's tracker does)."""
+    if staleness < 1.0:
+        return int(round(staleness * STALE_STEPS))
+    if start or previous < STALE_STEPS:
+        return STALE_STEPS
+    return previous + 1
 
 
 def check_int(value, what: str, *, low: int, high: int | None = None) -> int:

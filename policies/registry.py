@@ -1,5 +1,6 @@
-"""Baseline controllers by command-line name: ``off``, ``fixed:K``, ``threshold:K:B``,
-``schedule:FILE``, ``hf``, ``ema``, ``goodput``, ``oracle``."""
+"""Controllers by command-line name: ``off``, ``fixed:K``, ``threshold:K:B``,
+``schedule:FILE``, ``hf``, ``ema``, ``goodput``, ``oracle``, ``ppo:RUN_DIR`` and
+``lookup:TABLE.json``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ VALID_FORMS = (
     "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
     "B, off above), schedule:FILE (a vLLM or TensorRT-LLM table, JSON), hf (transformers' "
     "heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput model), oracle "
-    "(surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`)"
+    "(surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`), lookup:TABLE.json (a "
+    "table written by `specrl export`)"
 )
 _NO_ARGS = ("off", "hf", "ema", "goodput", "oracle")
 
@@ -44,14 +46,18 @@ def parse_policies(text: str) -> list[str]:
     return specs
 
 
-def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) -> KPolicy:
+def make_policy(
+    spec: str, *, env, profile: Profile | str | Path | None = None, force: bool = False
+) -> KPolicy:
     """The controller ``spec`` names, sized for ``env`` (its ``k_max``, ``max_batch`` and
     ``max_len``).
 
     :param spec: one of :data:`VALID_FORMS`.
     :param env: the environment the policy will act in (wrapped or not).
     :param profile: the hardware profile for ``goodput`` when ``env`` has none (the live
-        env); the env's own profile takes precedence.
+        env); the env's own profile takes precedence. ``lookup`` refuses a table made for
+        another device or pair than this profile's.
+    :param force: ``lookup``: use a table made for other hardware anyway, with a warning.
     """
     kind, args = _split(spec)
     base = getattr(env, "unwrapped", env)
@@ -75,6 +81,18 @@ def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) 
         from specrl.policies.ppo import PPOPolicy
 
         return PPOPolicy.load(args[0], max_batch=max_batch, k_max=k_max)
+    if kind == "lookup":
+        from specrl.policies.lookup import LookupPolicy
+
+        own = getattr(base, "profile", None)
+        return LookupPolicy(
+            args[0],
+            max_batch=max_batch,
+            k_max=k_max,
+            max_len=max_len,
+            profile=own if own is not None else profile,
+            force=force,
+        )
     if kind == "hf":
         return HFHeuristic(k_max=k_max)
     if kind == "ema":
@@ -98,7 +116,7 @@ def make_policy(spec: str, *, env, profile: Profile | str | Path | None = None) 
 def _split(spec: str) -> tuple[str, list[str]]:
     """``(kind, args)`` of a well-formed ``spec``, else a SpecrlError listing the forms."""
     kind, _, rest = spec.strip().partition(":")
-    if kind in ("schedule", "ppo"):
+    if kind in ("schedule", "ppo", "lookup"):
         args = [rest] if rest else []
         wanted = 1
     else:

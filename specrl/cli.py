@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "specrl.envs.cli",
     "specrl.compare",
     "specrl.train.cli",
+    "specrl.train.export",
 ]
 
 

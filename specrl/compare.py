@@ -225,7 +225,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run every policy on the same traces (the surrogate or the live engine) "
         "and print aggregate tokens/s, tokens/s per batch bucket, the share of steps at each "
         "K and per-request TPOT p50/p99. Policies: off, fixed:K, threshold:K:B, "
-        "schedule:FILE, hf, ema, goodput, oracle (surrogate only).",
+        "schedule:FILE, hf, ema, goodput, oracle (surrogate only), ppo:RUN_DIR, lookup:TABLE.json.",
     )
     parser.add_argument("--env", choices=("surrogate", "live"), default="surrogate")
     parser.add_argument(
@@ -247,7 +247,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (live)")
     parser.add_argument(
-        "--force", action="store_true", help="live: accept a profile from elsewhere, or stale"
+        "--force",
+        action="store_true",
+        help="accept a profile (live) or a K table (lookup:) made elsewhere, or a stale profile",
     )
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--csv", metavar="OUT.csv", help="write the results as CSV")
@@ -295,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         if args.policies
         else default_policies(args.k_max, surrogate=args.env == "surrogate")
     )
-    policies = [make_policy(spec, env=env, profile=profile) for spec in specs]
+    policies = [make_policy(spec, env=env, profile=profile, force=args.force) for spec in specs]
     report = compare_policies(
         env,
         policies,

@@ -28,7 +28,7 @@ from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_atomic
 from specrl.policies import make_policy
-from specrl.policies.ppo import POLICY_OBS_NAMES, PPOPolicy, policy_observation
+from specrl.policies.ppo import POLICY_OBS_NAMES, PROBE, PPOPolicy, policy_observation
 from specrl.profile import Profile, load_profile
 from specrl.train.config import (
     CHECKPOINT_DIR,
@@ -114,8 +114,13 @@ class TrainingEnv(SurrogateSpecEnv):
 
     ## Observation Space
 
-    ``Box(0, 1, (9,), float32)``: the env's observation and ``log_batch``
-    (:func:`specrl.policies.ppo.policy_observation`).
+    ``Box(0, 1, (3,), float32)``: ``log_batch``, ``acceptance`` and ``stale``
+    (:func:`specrl.policies.ppo.policy_observation`), what an exported table indexes.
+
+    ## Action Space
+
+    K in ``0..k_max``, with the table's probe rule (:data:`specrl.policies.ppo.PROBE`): K=0
+    after ``after_steps`` steps without drafting runs ``k`` instead.
 
     ## Rewards
 
@@ -176,6 +181,8 @@ class TrainingEnv(SurrogateSpecEnv):
 
     def step(self, action):
         start = time.perf_counter()
+        if int(action) == 0 and self._tracker.since_measured >= PROBE["after_steps"]:
+            action = PROBE["k"]
         obs, _, terminated, truncated, info = super().step(action)
         rows = max(info["batch"], 1)
         committed, seconds = info["committed"], info["step_time_s"]

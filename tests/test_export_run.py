@@ -1,0 +1,188 @@
+"""``specrl export``: a trained run as a K table, its fidelity check, the vLLM and TensorRT-LLM
+files, and ``lookup:TABLE.json`` (:class:`LookupPolicy`) played in the surrogate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specrl.cli import main
+from specrl.controller import LookupController
+from specrl.envs import SurrogateSpecEnv
+from specrl.errors import SpecrlError
+from specrl.policies import make_policy
+from specrl.policies.lookup import LookupPolicy
+from specrl.policies.ppo import PROBE, PPOPolicy
+from specrl.profile.synthetic import linear_profile
+from specrl.table import load_table
+from specrl.train import TrainConfig, train
+from specrl.train.export import ACCEPTANCE_EDGES, check_fidelity, table_from_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("export")
+    profile = root / "linear.json"
+    linear_profile().save(profile)
+    config = TrainConfig(
+        out=str(root / "run"),
+        total_timesteps=512,
+        workloads=("ramp", "steady-2", "steady-8"),
+        eval_workloads=("ramp", "steady-8"),
+        n_requests=8,
+        profile=str(profile),
+        max_batch=8,
+        n_envs=2,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        net_arch=(8,),
+        checkpoint_every=256,
+        eval_every=0,
+        wandb="disabled",
+    )
+    train(config, progress=False)
+    return Path(config.out)
+
+
+def surrogate(run_dir: Path, workload: str = "ramp") -> SurrogateSpecEnv:
+    from specrl.train.config import load_config
+
+    config = load_config(run_dir)
+    return SurrogateSpecEnv(
+        profile=config.profile,
+        workload=workload,
+        workload_kwargs={"peak": 8, "n_requests": 8},
+        k_max=config.k_max,
+        max_batch=8,
+        max_len=config.max_len,
+    )
+
+
+def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir):
+    table = table_from_run(run_dir)
+    policy = PPOPolicy.load(run_dir)
+    assert (table.k_max, table.max_batch) == (4, 8)
+    assert table.acceptance_edges == list(ACCEPTANCE_EDGES)
+    assert table.probe == PROBE
+    mids = [(lo + hi) / 2 for lo, hi in zip(ACCEPTANCE_EDGES, ACCEPTANCE_EDGES[1:])]
+    for b, (lo, hi) in enumerate(table.batch_buckets):
+        for batch in range(lo, hi + 1):
+            want = policy.decide(np.full(len(mids), batch), np.asarray(mids), np.zeros(len(mids)))
+            assert table.cell(b) == want.tolist()
+            assert table.stale(b) == int(policy.decide([batch], [0.0], [True])[0])
+    prov = table.provenance
+    assert prov["training_steps"] == 512 and prov["run_id"] == str(run_dir.resolve())
+    assert prov["profile_fingerprint"] == linear_profile().fingerprint
+
+
+def test_export_refuses_a_run_trained_with_another_k_max(run_dir):
+    with pytest.raises(SpecrlError, match="trained with k_max=4, not 3"):
+        table_from_run(run_dir, k_max=3)
+
+
+def test_fidelity_counts_the_states_where_the_table_picks_the_policys_k(run_dir):
+    table = table_from_run(run_dir)
+    fidelity = check_fidelity(run_dir, table, episodes=1, progress=False)
+    assert fidelity.states > 0 and set(fidelity.by_workload) == {"ramp", "steady-8"}
+    # A table that differs from the policy everywhere matches nowhere (probes aside).
+    wrong = table_from_run(run_dir)
+    wrong.k = [[(k + 1) % 5 for k in row] for row in wrong.k]
+    wrong.stale_k = [(k + 1) % 5 for k in wrong.stale_k]
+    worse = check_fidelity(run_dir, wrong, episodes=1, progress=False)
+    assert worse.match < 0.05
+    assert fidelity.match >= 0.99
+
+
+def test_lookup_policy_acts_as_the_controller_driven_by_hand(run_dir, tmp_path):
+    """The policy sets the controller's tracker from the observation; a controller fed the
+    step's drafted and accepted counts must choose the same K at every step, including
+    the probe, which needs the count of steps past the observation's saturation."""
+    table = table_from_run(run_dir)
+    table.k = [[0] * len(row) for row in table.k]  # K=0 everywhere: only probes draft
+    table.stale_k = [0] * len(table.stale_k)
+    table.probe = {"after_steps": 40, "k": 2}
+    env = surrogate(run_dir, "steady-8")
+    policy = LookupPolicy(table, max_batch=8, k_max=4)
+    by_hand = LookupController(table)
+    obs, _ = env.reset(seed=3)
+    start, ks = True, []
+    for _ in range(200):
+        k, _ = policy.predict(obs, episode_start=np.array([start]))
+        start = False
+        assert int(k) == by_hand.choose_k(env.unwrapped._batch_ahead())
+        obs, _, done, _, info = env.step(k)
+        by_hand.observe(info["drafted"], info["accepted"])
+        ks.append(int(k))
+        if done:
+            break
+    assert ks.count(2) >= 2 and set(ks) == {0, 2}
+    assert ks.index(2) == 40 - 32  # the count starts fully stale, at 32
+
+
+def test_compare_runs_lookup_and_ppo_by_name(run_dir, tmp_path):
+    out = tmp_path / "table.json"
+    assert main(["export", "--run", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    env = surrogate(run_dir)
+    lookup = make_policy(f"lookup:{out}", env=env)
+    ppo = make_policy(f"ppo:{run_dir}", env=env)
+    from specrl.envs.rollout import run_episode
+
+    a, b = run_episode(env, lookup, seed=5), run_episode(env, ppo, seed=5)
+    assert a.tokens == b.tokens
+    assert np.mean(np.asarray(a.step_k) == np.asarray(b.step_k)) >= 0.95
+    with pytest.raises(SpecrlError, match="drafts up to K=4 but the env's k_max is 2"):
+        LookupPolicy(out, max_batch=8, k_max=2)
+
+
+def test_lookup_refuses_a_table_made_for_other_hardware_unless_forced(run_dir, tmp_path):
+    out = tmp_path / "table.json"
+    table = table_from_run(run_dir)
+    table.provenance["profile_fingerprint"] = {
+        **linear_profile().fingerprint,
+        "device": "cuda:H200",
+    }
+    table.save(out)
+    env = surrogate(run_dir)
+    with pytest.raises(SpecrlError, match="other hardware"):
+        make_policy(f"lookup:{out}", env=env)
+    with pytest.warns(UserWarning, match="other hardware"):
+        make_policy(f"lookup:{out}", env=env, force=True)
+
+
+def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
+    native = tmp_path / "t.json"
+    assert main(["export", "--run", str(run_dir), "--out", str(native), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "fidelity: the table picks PPO's K" in printed
+    table = load_table(native)
+    assert 0 < table.provenance["operating_acceptance"] <= 1
+    assert table.provenance["fidelity"]["match"] >= 0.99
+    vllm = tmp_path / "v.json"
+    assert main(["export", "--table", str(native), "--format", "vllm", "--out", str(vllm)]) == 0
+    obj = json.loads(vllm.read_text())
+    config = obj["speculative_config"]
+    assert config["num_speculative_tokens"] == 4
+    ranges = config["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1 and ranges[-1][1] == 8
+    assert all(r[1] + 1 == s[0] for r, s in zip(ranges, ranges[1:]))
+    column = table.acceptance_bin(table.provenance["operating_acceptance"])
+    for lo, hi, k in ranges:
+        for batch in range(lo, hi + 1):
+            b = next(i for i, (a, z) in enumerate(table.batch_buckets) if a <= batch <= z)
+            assert table.cell(b)[column] == k
+    assert obj["specrl"]["acceptance"] == table.provenance["operating_acceptance"]
+
+
+def test_export_of_a_missing_or_unfinished_run_is_a_clear_error(tmp_path, run_dir, capsys):
+    out = tmp_path / "t.json"
+    assert main(["export", "--run", str(tmp_path / "nope"), "--out", str(out)]) == 2
+    assert "not found; train one" in capsys.readouterr().err and not out.exists()
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.json").write_text((run_dir / "config.json").read_text())
+    assert main(["export", "--run", str(unfinished), "--out", str(out)]) == 2
+    assert "has not finished" in capsys.readouterr().err and not out.exists()
