@@ -1,16 +1,52 @@
 #!/usr/bin/env bash
 # The engine on a CUDA machine, prepared in advance so a lent GPU is used without setup:
-# the engine, runner and sampler tests on the GPU, then the engine benchmark. Under five minutes.
-# Figures land in $OUT (default: ./gpu_check_out).
-# GPU_CHECK_DEVICE=cpu is a dry run of every step on a CPU machine (a smaller benchmark), to
-# check the script itself where no GPU is lent.
+# the engine, runner and sampler tests on the GPU, the engine benchmark, then a hardware
+# profile of the default pair (`specrl profile --device cuda`) and its table. About five
+# minutes. Figures land in $OUT (default: ./gpu_check_out).
+# Offline: it installs nothing that imports already. specrl itself is installed (editable,
+# no dependencies, no index, no build isolation) only when it does not import from this
+# checkout; PYTHONPATH=. alone would not do, since specrl.envs and specrl.policies live in
+# envs/ and policies/. Where even that install fails (no setuptools), it runs from a mirror
+# of the checkout in which specrl/envs and specrl/policies are links to those folders.
+# GPU_CHECK_DEVICE=cpu is a dry run of every step on a CPU machine (a smaller benchmark and
+# a tiny profile of the micro pair), to check the script itself where no GPU is lent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_check_out}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 mkdir -p "$OUT"
-python -c "import torch" 2>/dev/null || pip install -q torch
-pip install -q -e ".[test]"
+OUT="$(cd "$OUT" && pwd)"
+
+ROOT="$PWD"
+# Does specrl import, with specrl.envs and specrl.policies, from this checkout's files?
+from_here() {
+    ROOT="$ROOT" python - <<'PY' 2>/dev/null
+import os, specrl, specrl.cli, specrl.envs, specrl.policies
+for module, folder in ((specrl, "specrl"), (specrl.envs, "envs"), (specrl.policies, "policies")):
+    assert os.path.samefile(module.__file__, os.path.join(os.environ["ROOT"], folder, "__init__.py"))
+PY
+}
+if ! from_here; then
+    if python -c "import torch, transformers, tokenizers, safetensors, gymnasium, numpy, tqdm, pytest" 2>/dev/null; then
+        pip install -q --no-deps --no-index --no-build-isolation -e . || true
+    else
+        echo "dependencies missing: installing them needs the network" >&2
+        pip install -q -e ".[test]"
+    fi
+fi
+if ! from_here; then
+    mirror="$(mktemp -d)"
+    mkdir "$mirror/specrl"
+    ln -s "$ROOT"/specrl/* "$mirror/specrl/"
+    ln -s "$ROOT/envs" "$mirror/specrl/envs"
+    ln -s "$ROOT/policies" "$mirror/specrl/policies"
+    ln -s "$ROOT/tests" "$ROOT/pyproject.toml" "$mirror/"
+    cd "$mirror"
+    from_here
+    echo "running specrl from $mirror (links into $ROOT)"
+fi
+SPECRL=(python -m specrl.cli)  # works installed or from the mirror alike
+
 GPU_CHECK_DEVICE="$DEVICE" python - <<'PY' | tee "$OUT/device.txt"
 import os, torch, transformers
 if os.environ["GPU_CHECK_DEVICE"] == "cuda":
@@ -20,10 +56,17 @@ else:
     name = "cpu (dry run)"
 print(name, "torch", torch.__version__, "transformers", transformers.__version__)
 PY
-specrl models build --preset small
+"${SPECRL[@]}" models build --preset small
 SPECRL_TEST_DEVICE="$DEVICE" timeout 150 python -m pytest -q -p no:cacheprovider \
     tests/test_engine.py tests/test_runner.py tests/test_sampling.py 2>&1 | tee "$OUT/tests.txt"
 BENCH=(--repeats 2)
-if [ "$DEVICE" = cpu ]; then BENCH=(--repeats 1 --batch-sizes 1,4 --new-tokens 16); fi
-timeout 120 specrl bench engine --device "$DEVICE" "${BENCH[@]}" \
+PROFILE=(--reps 3)
+if [ "$DEVICE" = cpu ]; then
+    BENCH=(--repeats 1 --batch-sizes 1,4 --new-tokens 16)
+    PROFILE=(--preset micro --batch-sizes 1,2 --contexts 16 --reps 1 --acceptance-rows 8)
+fi
+timeout 120 "${SPECRL[@]}" bench engine --device "$DEVICE" "${BENCH[@]}" \
     --json "$OUT/bench_engine_$DEVICE.json" 2>&1 | tee "$OUT/bench_engine_$DEVICE.txt"
+timeout 300 "${SPECRL[@]}" profile --device "$DEVICE" "${PROFILE[@]}" \
+    --out "$OUT/profile-$DEVICE.json" 2>&1 | tee "$OUT/profile-$DEVICE.txt"
+"${SPECRL[@]}" profile --show "$OUT/profile-$DEVICE.json" | tee "$OUT/profile-$DEVICE-show.txt"

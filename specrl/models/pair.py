@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from specrl.device import require_device
 from specrl.errors import SpecrlError
 
 
@@ -32,12 +33,14 @@ def load_pair(
 ) -> ModelPair:
     """Load ``target`` and ``draft`` (Hub ids or local directories) with ``from_pretrained``.
 
-    The vocabularies are compared from the configs before any weights load, so a mismatch
-    fails fast. ``dtype=None`` means float32 on CPU (fp16 matmuls are slow there) and the
+    ``device`` is checked first (:func:`~specrl.device.require_device`) and the vocabularies
+    are compared from the configs before any weights load, so either mistake fails fast.
+    ``dtype=None`` means float32 on CPU (fp16 matmuls are slow there) and the
     checkpoint's own dtype elsewhere. The tokenizer is the target's.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    require_device(device)
     target, draft = str(target), str(draft)
     target_config = _load_config(AutoConfig, target, "target")
     draft_config = _load_config(AutoConfig, draft, "draft")
@@ -60,19 +63,27 @@ def load_pair(
                 "rebuild it (specrl models build) or check the path"
             ) from None
         models.append(model.to(device).eval())
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(target)
-    except (OSError, ValueError) as err:
-        raise SpecrlError(
-            f"could not load the tokenizer from {target}: {_first_line(err)}; "
-            "rebuild it (specrl models build) or check the path"
-        ) from None
+    tokenizer = load_tokenizer(target)
     if len(tokenizer) > target_vocab:
         raise SpecrlError(
             f"the tokenizer of {target} has {len(tokenizer)} tokens but the model's vocab size "
             f"is {target_vocab}; use the tokenizer that came with the model"
         )
     return ModelPair(models[0], models[1], tokenizer, target, draft)
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """``AutoTokenizer.from_pretrained(path)`` (a Hub id or a local directory), with a
+    one-line error naming the path."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as err:
+        raise SpecrlError(
+            f"could not load the tokenizer from {path}: {_first_line(err)}; "
+            "rebuild it (specrl models build) or check the path"
+        ) from None
 
 
 def load_default_pair(
@@ -84,6 +95,7 @@ def load_default_pair(
     """The offline stdlib pair (built or taken from the shipped weights on first use)."""
     from specrl.models.build import build_pair
 
+    require_device(device)
     paths = build_pair(preset)
     return load_pair(paths.target_path, paths.draft_path, device=device, dtype=dtype)
 

@@ -1,4 +1,10 @@
-"""``specrl profile``: measure this machine, or show a measured profile's table."""
+"""``specrl profile``: measure this machine, or show a measured profile's table.
+
+The pair is the default one (``--preset``) or any two Hugging Face causal LMs that share a
+vocabulary (``--target`` and ``--draft``: Hub ids or local directories); acceptance is
+measured on the held-out corpus or on your own prompts (``--prompts P.jsonl``, the format in
+:mod:`specrl.workload.user_prompts`). ``--device`` is checked before anything loads.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="measure step times and acceptance on this machine (a hardware profile)",
         description="Measure verify/draft/catch-up times by batch size, K and context, and "
         "per-domain per-position acceptance, with the real engine; write them as JSON. "
+        "The pair is the default one (--preset) or any Hugging Face target and draft that "
+        "share a vocabulary (--target, --draft); acceptance is measured on the held-out "
+        "corpus or on your own prompts (--prompts, JSON Lines). "
         "With --show, print the tokens/s table of an existing profile.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
@@ -24,8 +33,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="time a few cells now (about 10 s) and print them beside the profile's figures; "
         "exit 1 when a step time differs by more than 15%%",
     )
-    parser.add_argument("--preset", default="small", help="default pair to measure (small)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--preset", default=None, help="default pair to measure (small); not with --target"
+    )
+    parser.add_argument(
+        "--target", metavar="ID_OR_DIR", help="target model: a Hugging Face id or a directory"
+    )
+    parser.add_argument(
+        "--draft", metavar="ID_OR_DIR", help="draft model sharing the target's vocabulary"
+    )
+    parser.add_argument(
+        "--prompts",
+        metavar="PROMPTS.jsonl",
+        help="measure acceptance on these prompts, JSON Lines: one object per line with "
+        '"prompt" and optional "domain", "temperature", "top_p", "max_new_tokens"',
+    )
+    parser.add_argument(
+        "--acceptance-rows",
+        type=int,
+        default=None,
+        help="requests decoded per domain and temperature band (default 384; with --prompts, "
+        "sampled bands cycle through their prompts to reach it, greedy ones decode each once)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
@@ -55,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
     if args.show:
         profile = load_profile(args.show)
     else:
-        from specrl.models.pair import load_default_pair
-        from specrl.profile.measure import measure_profile
+        from specrl.errors import SpecrlError
+        from specrl.profile.measure import ACCEPTANCE_ROWS, measure_profile
+        from specrl.workload.user_prompts import load_prompts
 
-        pair = load_default_pair(args.preset, device=args.device)
+        if args.acceptance_rows is not None and args.acceptance_rows < 1:
+            raise SpecrlError(f"--acceptance-rows must be >= 1, got {args.acceptance_rows}")
+        prompts = load_prompts(args.prompts) if args.prompts else None
+        pair = _load_pair(args)
         profile = measure_profile(
             pair,
             k_max=args.k_max,
@@ -67,11 +101,15 @@ def run(args: argparse.Namespace) -> int:
             reps=args.reps,
             device=args.device,
             seed=args.seed,
-            preset=args.preset,
+            acceptance_rows=args.acceptance_rows or ACCEPTANCE_ROWS,
+            preset=None if args.target else _preset(args),
+            prompts=prompts,
         )
         profile.save(args.out)
         print(f"wrote {args.out} ({profile.meta['duration_s']} s)")
     fp = profile.fingerprint
+    source = profile.meta.get("prompts", {}).get("file", "the held-out corpus")
+    print(f"target {fp.get('target_id')}, draft {fp.get('draft_id')}; acceptance on {source}")
     print(
         f"committed tokens/s on {fp.get('device')}, context {profile.contexts[0]:.0f}, "
         f"prompts from all domains (bold: best K)"
@@ -84,14 +122,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preset(args: argparse.Namespace) -> str:
+    return args.preset or "small"
+
+
+def _load_pair(args: argparse.Namespace):
+    """The default pair of ``--preset``, or ``--target`` with ``--draft``; ``--device`` is
+    checked before either loads."""
+    from specrl.errors import SpecrlError
+    from specrl.models.pair import load_default_pair, load_pair
+
+    if bool(args.target) != bool(args.draft):
+        raise SpecrlError("give --target and --draft together (or neither, for the default pair)")
+    if args.target and args.preset:
+        raise SpecrlError("give --preset (a default pair) or --target and --draft, not both")
+    if args.target:
+        return load_pair(args.target, args.draft, device=args.device)
+    return load_default_pair(_preset(args), device=args.device)
+
+
 def _check(args: argparse.Namespace) -> int:
-    from specrl.models.pair import load_default_pair
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint
     from specrl.profile.freshness import TOLERANCE, check_freshness
     from specrl.profile.schema import load_profile
 
     profile = load_profile(args.check)
-    pair = load_default_pair(args.preset, device=args.device)
+    pair = _load_pair(args)
     check_compatible(
         profile,
         pair_fingerprint(pair, k_max=profile.k_max, device=args.device),

@@ -24,6 +24,18 @@ many tokens the row had generated (``OUTPUT_EDGES``): the default pair's target 
 repetition as it generates, which its draft predicts well, so acceptance climbs with output
 length. Sparse buckets are shrunk toward the pooled rates.
 
+With a prompts file (``specrl profile --prompts P.jsonl``, :mod:`specrl.workload.user_prompts`)
+acceptance is measured on the file's prompts instead, per domain of the file and per
+temperature band that any of its prompts falls in (every domain at every such band, as the
+profile format has it). A domain's prompts of the band run with their own temperature, top_p
+and max_new_tokens; a domain with no prompt in a band runs its prompts at the band's
+setting. Sampled bands cycle through their prompts until ``acceptance_rows`` requests
+(greedy ones decode each prompt once: a repeat would be the same request). The timing cells
+then cut their rows from the prompts (joined per domain and repeated to reach a cell's
+length) and take the prompts' sampling settings in turn. The profile's ``meta.prompts`` names
+the file and its domains; ``meta.prompt_counts[domain][band]`` counts the file's prompts per
+group (0: the group ran at the band's setting).
+
 Acceptance is strongly per request (a request whose greedy continuation loops accepts about
 0.95 throughout). Each request's level is recorded as the logit offset that makes the group's
 rates reproduce its accepted count, shrunk toward 0 by its sampling noise (empirical Bayes);
@@ -51,7 +63,9 @@ from specrl.workload.trace import (
     DEFAULT_PROMPT_LENGTHS,
     DOMAINS,
     SAMPLING_CONFIGS,
+    stream_window,
 )
+from specrl.workload.user_prompts import PromptFile, tokenize_prompts
 
 OUTPUT_EDGES = (16, 32, 64, 128)
 """Acceptance buckets by tokens generated so far: [0, 16), [16, 32), ..., [128, inf)."""
@@ -78,14 +92,15 @@ def _round(k_max: int) -> list[int]:
 
 
 def _prompts(streams, lengths: Sequence[int], rng: np.random.Generator, domains) -> list:
-    """One prompt per entry of ``lengths``, cut at a random start of its domain's stream; the
-    rows rotate through ``domains``."""
+    """One prompt per entry of ``lengths``, cut at a random start of its domain's stream
+    (repeated when shorter, as a prompts file's stream may be); the rows rotate through
+    ``domains``."""
     out = []
     for i, length in enumerate(lengths):
         length = int(length)
         stream = streams[domains[i % len(domains)]]
         start = int(rng.integers(0, max(1, len(stream) - length)))
-        out.append(list(stream[start : start + length]))
+        out.append(stream_window(stream, start, length))
     return out
 
 
@@ -114,9 +129,11 @@ def _sample(s) -> dict:
 
 
 class _Cell:
-    """One engine at one batch size and prompt length, stepped round by round."""
+    """One engine at one batch size and prompt length, stepped round by round. Its rows
+    rotate through the domains of ``streams`` and through ``settings``, ``(temperature,
+    top_p)`` pairs (default: :data:`SAMPLING_CONFIGS`)."""
 
-    def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng):
+    def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng, settings=None):
         # The admission step commits 2 (prefill + decode), every later step at most K + 1.
         self.new_tokens = 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
         self.k_max = k_max
@@ -127,12 +144,12 @@ class _Cell:
             k_max=k_max,
             device=device,
         )
-        configs = list(SAMPLING_CONFIGS.values())
+        configs = list(settings or SAMPLING_CONFIGS.values())
         # Ragged rows, as served traffic is: the longest sets the cell's context, the others
         # draw from [context / 2, context]. Equal-length rows would take the cache's one-copy
         # write path, which a running batch of mixed requests never takes.
         lengths = [context] + rng.integers(max(1, context // 2), context + 1, batch - 1).tolist()
-        for i, prompt in enumerate(_prompts(streams, lengths, rng, DOMAINS)):
+        for i, prompt in enumerate(_prompts(streams, lengths, rng, list(streams))):
             temperature, top_p = configs[i % len(configs)]
             self.engine.add(
                 prompt,
@@ -170,7 +187,6 @@ def _acceptance(
     and every request's steps as ``(bucket, drafted, accepted)`` arrays."""
     counts: dict = {d: {} for d in domains}
     steps: dict = {d: {} for d in domains}
-    n_buckets = len(edges) + 1
     for domain in domains:
         for band in bands:
             temperature, top_p = SAMPLING_CONFIGS[band]
@@ -179,47 +195,101 @@ def _acceptance(
                 outputs = DEFAULT_OUTPUT_LENGTHS.sample(rng, rows)
             else:
                 outputs = np.full(rows, new_tokens)
-            engine = _engine(
-                pair,
-                max_batch=min(rows, max_batch),
-                max_len=int(lengths.max()) + int(outputs.max()) + k_max + 2,
-                k_max=k_max,
-                device=device,
-            )
             prompts = _prompts(streams, lengths, rng, [domain])
-            for prompt, n_out in zip(prompts, outputs, strict=True):
-                engine.add(
-                    prompt,
-                    max_new_tokens=int(n_out),
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=int(rng.integers(2**62)),
-                )
-            acc = [[0] * k_max for _ in range(n_buckets)]
-            drafted = [[0] * k_max for _ in range(n_buckets)]
-            per_request: list[tuple[int, int, int, int]] = []  # request, bucket, drafted, acc
-            while engine.has_work:
-                s = engine.step(k_max)
-                for rid, g, d, a in zip(
-                    s.row_request_ids, s.row_generated, s.row_drafted, s.row_accepted, strict=True
-                ):
-                    bucket = bisect.bisect_right(edges, g)
-                    for i in range(d):
-                        drafted[bucket][i] += 1
-                    for i in range(a):
-                        acc[bucket][i] += 1
-                    if d:
-                        per_request.append((rid, bucket, d, a))
-            counts[domain][band] = {
-                "accepted_per_position": [sum(col) for col in zip(*acc)],
-                "drafted_per_position": [sum(col) for col in zip(*drafted)],
-                "accepted_by_output": acc,
-                "drafted_by_output": drafted,
-            }
-            steps[domain][band] = np.array(per_request, dtype=np.int64).reshape(-1, 4)
+            jobs = [
+                (prompt, int(n_out), temperature, top_p, int(rng.integers(2**62)))
+                for prompt, n_out in zip(prompts, outputs, strict=True)
+            ]
+            counts[domain][band], steps[domain][band] = _decode(
+                pair, jobs, k_max=k_max, device=device, edges=edges, max_batch=max_batch
+            )
             if progress is not None:
                 progress()
     return counts, steps
+
+
+def _prompt_acceptance(
+    pair,
+    prompts: PromptFile,
+    ids: Sequence[Sequence[int]],
+    *,
+    k_max,
+    device,
+    rng,
+    rows: int,
+    new_tokens: int | None,
+    edges: Sequence[int] = OUTPUT_EDGES,
+    max_batch: int = ACCEPTANCE_BATCH,
+    progress=None,
+) -> tuple[dict, dict]:
+    """As :func:`_acceptance`, on a prompts file's prompts (``ids``: each one's token ids);
+    the groups are the file's domains at every band it uses (the module docstring says how a
+    group is filled). A request's output length: its line's ``max_new_tokens``, else
+    ``new_tokens``, else drawn like the preset workloads'."""
+    counts: dict = {d: {} for d in prompts.domains}
+    steps: dict = {d: {} for d in prompts.domains}
+    for domain in prompts.domains:
+        own = [i for i, p in enumerate(prompts.prompts) if p.domain == domain]
+        for band in prompts.bands:
+            chosen = [i for i in own if prompts.prompts[i].band == band]
+            settings = {
+                i: (prompts.prompts[i].temperature, prompts.prompts[i].top_p) for i in chosen
+            }
+            if not chosen:
+                chosen = own
+                settings = dict.fromkeys(own, SAMPLING_CONFIGS[band])
+            repeats = 1 if band == "greedy" else math.ceil(rows / len(chosen))
+            jobs = []
+            for i in chosen * repeats:
+                n_out = prompts.prompts[i].max_new_tokens or new_tokens
+                if n_out is None:
+                    n_out = int(DEFAULT_OUTPUT_LENGTHS.sample(rng, 1)[0])
+                jobs.append((list(ids[i]), n_out, *settings[i], int(rng.integers(2**62))))
+            counts[domain][band], steps[domain][band] = _decode(
+                pair, jobs, k_max=k_max, device=device, edges=edges, max_batch=max_batch
+            )
+            if progress is not None:
+                progress()
+    return counts, steps
+
+
+def _decode(pair, jobs, *, k_max, device, edges, max_batch) -> tuple[dict, np.ndarray]:
+    """Decode ``jobs``, ``(prompt ids, max_new_tokens, temperature, top_p, seed)`` each, at
+    K=k_max, ``max_batch`` at a time. Returns per-position accepted and drafted counts, pooled
+    and per bucket of tokens generated so far (``edges``), and every request's steps as
+    ``(request, bucket, drafted, accepted)`` rows."""
+    n_buckets = len(edges) + 1
+    engine = _engine(
+        pair,
+        max_batch=min(len(jobs), max_batch),
+        max_len=max(len(j[0]) for j in jobs) + max(j[1] for j in jobs) + k_max + 2,
+        k_max=k_max,
+        device=device,
+    )
+    for prompt, n_out, temperature, top_p, seed in jobs:
+        engine.add(prompt, max_new_tokens=n_out, temperature=temperature, top_p=top_p, seed=seed)
+    acc = [[0] * k_max for _ in range(n_buckets)]
+    drafted = [[0] * k_max for _ in range(n_buckets)]
+    per_request: list[tuple[int, int, int, int]] = []  # request, bucket, drafted, acc
+    while engine.has_work:
+        s = engine.step(k_max)
+        for rid, g, d, a in zip(
+            s.row_request_ids, s.row_generated, s.row_drafted, s.row_accepted, strict=True
+        ):
+            bucket = bisect.bisect_right(edges, g)
+            for i in range(d):
+                drafted[bucket][i] += 1
+            for i in range(a):
+                acc[bucket][i] += 1
+            if d:
+                per_request.append((rid, bucket, d, a))
+    counts = {
+        "accepted_per_position": [sum(col) for col in zip(*acc)],
+        "drafted_per_position": [sum(col) for col in zip(*drafted)],
+        "accepted_by_output": acc,
+        "drafted_by_output": drafted,
+    }
+    return counts, np.array(per_request, dtype=np.int64).reshape(-1, 4)
 
 
 def _expected_accepted(logits: np.ndarray, drafted: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -336,7 +406,8 @@ def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
     K=k_max step)."""
     length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
     engine = _engine(pair, max_batch=1, max_len=length + k_max + 8, k_max=k_max, device=device)
-    prompt = _prompts(streams, [length], rng, [DOMAINS[int(rng.integers(len(DOMAINS)))]])[0]
+    domains = list(streams)
+    prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
     engine.add(prompt, max_new_tokens=k_max + 4)
     return _sample(engine.step(0)), _sample(engine.step(k_max))
 
@@ -362,8 +433,13 @@ def measure_profile(
     progress: bool = True,
     preset: str | None = None,
     between_rounds: Callable[[int], None] | None = None,
+    prompts: PromptFile | None = None,
 ) -> Profile:
     """Measure ``pair`` on this machine; see the module docstring for what runs.
+
+    ``prompts``: a prompts file (:func:`~specrl.workload.user_prompts.load_prompts`) to
+    measure acceptance on, and to cut the timing cells' rows from unless ``streams`` is given;
+    default: the held-out corpus's domains.
 
     ``between_rounds(r)``, if given, runs after timing round ``r`` (0-based): other work
     (``specrl validate-surrogate --measure`` plays its live episodes there) then shares the
@@ -378,16 +454,23 @@ def measure_profile(
         raise SpecrlError(f"batch sizes must increase from 1, got {list(batch_sizes)}")
     if list(contexts) != sorted(set(contexts)) or contexts[0] < 2:
         raise SpecrlError(f"contexts must increase from at least 2, got {list(contexts)}")
+    started = time.perf_counter()
+    settings = None
+    if prompts is not None:
+        tokens = tokenize_prompts(prompts, pair.tokenizer)
+        streams = streams or tokens.streams
+        settings = [(p.temperature, p.top_p) for p in prompts.prompts]
+        groups = len(prompts.domains) * len(prompts.bands)
+    else:
+        groups = len(DOMAINS) * len(SAMPLING_CONFIGS)
     if streams is None:
         from specrl.workload.prompts import token_streams
 
         streams = token_streams(pair.tokenizer)
-    started = time.perf_counter()
     rng = np.random.default_rng(seed)
     keys = [(b, c) for c in contexts for b in batch_sizes]
-    groups = len(DOMAINS) * len(SAMPLING_CONFIGS)
     bar = tqdm(total=len(keys) + reps + 1 + groups, desc="profile", disable=not progress)
-    kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng}
+    kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng, "settings": settings}
     _Cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw).run_round()  # warm-up
     bar.update()
     cells = {}
@@ -410,17 +493,18 @@ def measure_profile(
     samples = {key: [cell.admission, *cell.samples] for key, cell in cells.items()}
     del cells
     bar.set_postfix_str("acceptance")
-    counts, steps = _acceptance(
-        pair,
-        streams,
-        k_max=k_max,
-        device=device,
-        rng=rng,
-        rows=acceptance_rows,
-        new_tokens=acceptance_tokens,
-        domains=DOMAINS,
-        progress=bar.update,
-    )
+    common = {
+        "k_max": k_max,
+        "device": device,
+        "rng": rng,
+        "rows": acceptance_rows,
+        "new_tokens": acceptance_tokens,
+        "progress": bar.update,
+    }
+    if prompts is not None:
+        counts, steps = _prompt_acceptance(pair, prompts, tokens.ids, **common)
+    else:
+        counts, steps = _acceptance(pair, streams, domains=DOMAINS, **common)
     bar.close()
     profile = _tabulate(samples, small, batch_sizes, contexts, k_max, counts, steps)
     profile.fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
@@ -434,6 +518,15 @@ def measure_profile(
         "acceptance_tokens": acceptance_tokens,
         "seed": seed,
     }
+    if prompts is not None:
+        profile.meta["prompts"] = prompts.record()
+        profile.meta["prompt_counts"] = {
+            d: {
+                b: sum(p.domain == d and p.band == b for p in prompts.prompts)
+                for b in prompts.bands
+            }
+            for d in prompts.domains
+        }
     return profile
 
 

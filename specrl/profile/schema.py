@@ -19,7 +19,9 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 * ``acceptance[domain][band][i]``: probability that draft token ``i`` (0-based) is accepted
   given tokens ``0..i-1`` were, for requests of temperature band ``band`` (a name of
   :data:`~specrl.workload.trace.SAMPLING_CONFIGS`: ``greedy``, ``chat``, ``default``), from
-  ``acceptance_counts[domain][band]``.
+  ``acceptance_counts[domain][band]``. Domains are ``code``, ``prose`` and ``hard``, or, in a
+  profile measured on a prompts file (``specrl profile --prompts``), the file's domains, named
+  with the file in ``meta.prompts`` (checked as a trace's ``prompts`` record is).
 * ``acceptance_by_output``: ``{"edges": [e_1, ...], "rates": {domain: {band: [[rate per
   position] per bucket]}}}``: the same conditional rates by tokens the row had generated
   before the step, bucket ``j`` covering ``[e_j, e_{j+1})`` (``e_0 = 0``, the last
@@ -43,7 +45,7 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json
-from specrl.workload.trace import DOMAINS, SAMPLING_CONFIGS
+from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
 
 PROFILE_FORMAT = "specrl-profile"
 PROFILE_VERSION = 3
@@ -215,11 +217,15 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         raise SpecrlError(
             f"{source}.acceptance: expected {{domain: {{band: [rate per position]}}}}"
         )
+    meta = obj.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise SpecrlError(f"{source}.meta: expected an object")
+    known = known_domains(meta.get("prompts"), f"{source}.meta.prompts")
     bands = None
     for domain, by_band in acceptance.items():
         where = f"{source}.acceptance.{domain}"
-        if domain not in DOMAINS:
-            raise SpecrlError(f"{where}: unknown domain {domain!r}; known: {DOMAINS}")
+        if domain not in known:
+            raise SpecrlError(f"{where}: unknown domain {domain!r}; known: {known}")
         bands = _check_by_band(by_band, where, bands)
         for band, rates in by_band.items():
             _check_rates(rates, (k_max,), f"{where}.{band}")
@@ -251,7 +257,7 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         raise SpecrlError(f"{source}.fingerprint: expected an object")
     if not isinstance(obj["acceptance_counts"], dict):
         raise SpecrlError(f"{source}.acceptance_counts: expected an object")
-    return Profile(**{name: obj[name] for name in names}, meta=dict(obj.get("meta") or {}))
+    return Profile(**{name: obj[name] for name in names}, meta=dict(meta))
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -9,6 +9,11 @@ held-out token stream (all held-out documents of the domain, tokenized and joine
 start). :func:`resolve_prompt` turns a reference into token ids deterministically, so the trace
 stays small and independent of the tokenizer until it meets a live engine.
 
+Domains are :data:`DOMAINS`, except in a trace built from a prompts file
+(:mod:`specrl.workload.user_prompts`): its ``prompts`` record (``file``, ``sha256``, ``count``,
+``domains``) names the file and the domains it uses instead, and its offsets point into that
+file's prompts (:func:`~specrl.workload.user_prompts.tokenize_prompts`).
+
 Lengths (both drawn per request from the trace's seed):
 
 * ``max_new_tokens``: a clipped lognormal, ``clip(round(median * exp(sigma * z)), min, max)``
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,6 +92,40 @@ a conversation service: the coding service's load follows the working day, conve
 traffic is spread wider. So the busy hours lean to code and greedy decoding, the quiet hours to
 prose and sampled chat. The shares are our assumption, not read from a trace; they were set
 once before any controller was run and not tuned afterwards."""
+
+
+DOMAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A domain named in a prompts file: 1 to 64 letters, digits, ``_``, ``-`` or ``.``, starting
+with a letter or digit (it becomes a key of profiles and traces, and part of error messages)."""
+
+
+def check_domain_name(name, where: str) -> str:
+    """``name`` if it is a valid domain name (:data:`DOMAIN_NAME`), else a :class:`SpecrlError`
+    starting with ``where``."""
+    if not isinstance(name, str) or not DOMAIN_NAME.fullmatch(name):
+        raise SpecrlError(
+            f"{where}: domain {name!r} is not a valid name; use 1 to 64 letters, digits, '_', "
+            "'-' or '.', starting with a letter or digit, like 'customer-support'"
+        )
+    return name
+
+
+def known_domains(prompts_record, where: str) -> tuple[str, ...]:
+    """The domains a trace or profile may use: :data:`DOMAINS`, or, when it was built from a
+    prompts file, the domains its ``prompts_record`` names (``{"file", "sha256", "count",
+    "domains"}``, from :meth:`~specrl.workload.user_prompts.PromptFile.record`)."""
+    if prompts_record is None:
+        return DOMAINS
+    if not isinstance(prompts_record, Mapping):
+        raise SpecrlError(f"{where}: expected {{'file', 'sha256', 'count', 'domains'}}")
+    for key, kind in (("file", str), ("sha256", str), ("count", int), ("domains", list)):
+        value = prompts_record.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise SpecrlError(f"{where}.{key}: expected {kind.__name__}, got {value!r}")
+    domains = prompts_record["domains"]
+    if not domains or len(set(map(str, domains))) != len(domains):
+        raise SpecrlError(f"{where}.domains: expected distinct domain names, got {domains!r}")
+    return tuple(check_domain_name(d, f"{where}.domains") for d in domains)
 
 
 def temperature_band(temperature: float) -> str:
@@ -149,6 +189,8 @@ class Trace:
     requests: list[Request] = field(default_factory=list)
     sampling: dict[str, float] = field(default_factory=lambda: {"greedy": 1.0})
     """Sampling mix over :data:`SAMPLING_CONFIGS` (its average, for a shifting mix)."""
+    prompts: dict | None = None
+    """Built from a prompts file: its record (see :func:`known_domains`); None otherwise."""
 
     @property
     def closed_loop(self) -> bool:
@@ -172,6 +214,7 @@ class Trace:
         return target
 
     def to_json(self) -> dict:
+        prompts = {} if self.prompts is None else {"prompts": self.prompts}
         return {
             "format": TRACE_FORMAT,
             "version": TRACE_VERSION,
@@ -185,6 +228,7 @@ class Trace:
             "requests": [
                 {k: v for k, v in asdict(r).items() if v is not None} for r in self.requests
             ],
+            **prompts,
         }
 
     def save(self, path: str | Path) -> None:
@@ -200,10 +244,16 @@ def resolve_prompt(streams: Mapping[str, Sequence[int]], request: Request) -> li
     stream = streams[request.domain]
     if len(stream) == 0:
         raise SpecrlError(f"the held-out token stream of domain {request.domain!r} is empty")
-    start = request.offset % len(stream)
-    ids = list(stream[start : start + request.prompt_len])
-    while len(ids) < request.prompt_len:
-        ids.extend(stream[: request.prompt_len - len(ids)])
+    return stream_window(stream, request.offset, request.prompt_len)
+
+
+def stream_window(stream: Sequence[int], start: int, length: int) -> list[int]:
+    """``length`` tokens of ``stream`` from ``start`` (modulo its length), wrapping to its
+    start as often as needed: a short stream is repeated."""
+    start %= len(stream)
+    ids = list(stream[start : start + length])
+    while len(ids) < length:
+        ids.extend(stream[: length - len(ids)])
     return ids
 
 
@@ -369,6 +419,10 @@ def preset_trace(
     else:
         n = n_requests or 64
         load = {"kind": "open", "rate_per_s": kwargs.pop("rate_per_s", 8.0)}
+    if load["kind"] == "closed":
+        # Fewer requests than the pattern has levels put several levels at one completion
+        # count; the last of them is the one the driver would keep, so keep only it.
+        load["schedule"] = list({start: [start, c] for start, c in load["schedule"]}.values())
     return make_trace(name=preset, seed=seed, n_requests=n, load=load, **kwargs)
 
 
@@ -409,10 +463,12 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     )
     name = _field(obj, "name", str, source)
     seed = _field(obj, "seed", int, source)
+    prompts = obj.get("prompts")
+    known = known_domains(prompts, f"{source}.prompts")
     domains = _field(obj, "domains", dict, source)
     for d, w in domains.items():
-        if d not in DOMAINS:
-            raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {DOMAINS}")
+        if d not in known:
+            raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {known}")
         if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
             raise SpecrlError(f"{source}.domains.{d}: weight must be a number >= 0")
     v1 = obj["version"] == 1
@@ -459,8 +515,8 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     for i, r in enumerate(raw):
         where = f"{source}.requests[{i}]"
         domain = _field(r, "domain", str, where)
-        if domain not in DOMAINS:
-            raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {DOMAINS}")
+        if domain not in known:
+            raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {known}")
         offset = _field(r, "offset", int, where)
         plen = _field(r, "prompt_len", int, where)
         olen = _field(r, "max_new_tokens", int, where)
@@ -495,6 +551,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         output_lengths,
         requests,
         dict(sampling),
+        None if prompts is None else dict(prompts),
     )
 
 

@@ -1,0 +1,245 @@
+"""Your own pair: prompts files, traces built from them, `specrl profile --target --draft
+--prompts`, and `--device cuda` where no GPU is visible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from specrl.cli import main
+from specrl.device import require_device
+from specrl.errors import SpecrlError
+from specrl.profile import load_profile
+from specrl.workload import load_trace, preset_trace, resolve_prompt
+from specrl.workload.user_prompts import load_prompts, prompts_trace, tokenize_prompts
+
+PROMPTS = [
+    {"prompt": "def add(a, b):\n    return a + b\n", "domain": "sql", "max_new_tokens": 6},
+    {"prompt": "Write a haiku about the sea.", "temperature": 0.7, "top_p": 0.9},
+    {"prompt": "SELECT name FROM users WHERE", "domain": "sql", "temperature": 1.0},
+]
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "prompts.jsonl") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+GOOD = '{"prompt": "a"}\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (GOOD + "not json\n", 2, r"not a JSON object.*JSON Lines: one object per line"),
+        ('{\n  "prompt": "a"\n}\n', 1, r"not a JSON object.*JSON Lines"),
+        (GOOD + "[1, 2]\n", 2, r"a JSON list, not an object.*JSON Lines"),
+        (GOOD + "\n\n" + '{"domain": "sql"}\n', 4, r'missing "prompt"; every line needs one'),
+        (GOOD + '{"prompt": "   "}\n', 2, r'"prompt" is empty; give the prompt text'),
+        ('{"prompt": 5}\n', 1, r'"prompt" must be a string, got int'),
+        ('{"prompt": null}\n', 1, r'"prompt" must be a string, got null'),
+        (GOOD + '{"prompt": "a", "temperature": "hot"}\n', 2, r'"temperature" must be a finite'),
+        ('{"prompt": "a", "temperature": NaN}\n', 1, r'"temperature" must be a finite number'),
+        ('{"prompt": "a", "temperature": -0.5}\n', 1, r'"temperature" must be >= 0'),
+        ('{"prompt": "a", "top_p": 0}\n', 1, r'"top_p" must be in \(0, 1\]'),
+        ('{"prompt": "a", "top_p": 1.5}\n', 1, r'"top_p" must be in \(0, 1\]'),
+        ('{"prompt": "a", "max_new_tokens": 0}\n', 1, r'"max_new_tokens" must be an integer'),
+        ('{"prompt": "a", "max_new_tokens": 2.5}\n', 1, r'"max_new_tokens" must be an integer'),
+        ('{"prompt": "a", "max_new_tokens": true}\n', 1, r'"max_new_tokens" must be an integer'),
+        ('{"prompt": "a", "domain": "a b"}\n', 1, r"domain 'a b' is not a valid name; use"),
+        ('{"prompt": "a", "domain": 7}\n', 1, r"domain 7 is not a valid name"),
+        (GOOD * 2 + '{"prompt": "a", "temprature": 1}\n', 3, r"unknown key 'temprature'"),
+        (GOOD.encode() + b'{"prompt": "\xff"}\n', 2, r"not UTF-8 text.*save the file as UTF-8"),
+    ],
+)
+def test_bad_prompts_file_names_the_line_and_the_fix(tmp_path, text, line, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(SpecrlError, match=message) as err:
+        load_prompts(path)
+    assert f"{path}, line {line}:" in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n\n"])
+def test_empty_prompts_file_is_refused(tmp_path, text):
+    with pytest.raises(SpecrlError, match=r"has no prompts.*one JSON object per line"):
+        load_prompts(_write(tmp_path, text))
+
+
+def test_missing_prompts_file(tmp_path):
+    with pytest.raises(SpecrlError, match=r"prompts file .*none.jsonl not found"):
+        load_prompts(tmp_path / "none.jsonl")
+
+
+def test_prompts_file_defaults_lines_and_groups(tmp_path):
+    text = "\ufeff" + json.dumps(PROMPTS[0]) + "\n\n" + _jsonl(PROMPTS[1:])
+    prompts = load_prompts(_write(tmp_path, text))
+    first, second, third = prompts.prompts
+    assert [p.line for p in prompts.prompts] == [1, 3, 4]
+    assert (first.domain, first.temperature, first.top_p, first.max_new_tokens) == (
+        "sql",
+        0.0,
+        1.0,
+        6,
+    )
+    assert (second.domain, second.temperature, second.top_p, second.max_new_tokens) == (
+        "user",
+        0.7,
+        0.9,
+        None,
+    )
+    assert prompts.domains == ("sql", "user")
+    assert prompts.bands == ("greedy", "chat", "default")
+    assert [p.band for p in prompts.prompts] == ["greedy", "chat", "default"]
+    assert prompts.record()["count"] == 3 and len(prompts.sha256) == 64
+
+
+def test_trace_from_prompts_file(micro_pair, tmp_path):
+    prompts = load_prompts(_write(tmp_path, _jsonl(PROMPTS)))
+    tok = micro_pair.tokenizer
+    trace = prompts_trace(prompts, tok, preset="poisson", seed=5, n_requests=5)
+    drawn = preset_trace("poisson", seed=5, n_requests=5)
+    order = [0, 1, 2, 0, 1]
+    assert [r.domain for r in trace.requests] == ["sql", "user", "sql", "sql", "user"]
+    assert [r.temperature for r in trace.requests] == [0.0, 0.7, 1.0, 0.0, 0.7]
+    assert [r.top_p for r in trace.requests] == [1.0, 0.9, 1.0, 1.0, 0.9]
+    lengths = [len(tok.encode(PROMPTS[i]["prompt"])) for i in order]
+    assert [r.prompt_len for r in trace.requests] == lengths
+    # max_new_tokens from the file where given, else the preset's draw for that request.
+    expected = [6 if i == 0 else d.max_new_tokens for i, d in zip(order, drawn.requests)]
+    assert [r.max_new_tokens for r in trace.requests] == expected
+    assert [r.arrival_s for r in trace.requests] == [r.arrival_s for r in drawn.requests]
+    assert trace.load == drawn.load
+    assert trace.domains == {"sql": 0.6, "user": 0.4}
+    assert trace.sampling == {"greedy": 0.4, "chat": 0.4, "default": 0.2}
+    assert trace.prompts["domains"] == ["sql", "user"]
+    # The references resolve to the prompts' own tokens.
+    streams = tokenize_prompts(prompts, tok).streams
+    assert [resolve_prompt(streams, r) for r in trace.requests] == [
+        tok.encode(PROMPTS[i]["prompt"]) for i in order
+    ]
+    trace.save(tmp_path / "t.json")
+    assert load_trace(tmp_path / "t.json").to_json() == trace.to_json()
+    closed = prompts_trace(prompts, tok, preset="ramp", peak=4)
+    assert len(closed.requests) == 3
+    assert closed.load == preset_trace("ramp", n_requests=3, peak=4).load
+
+
+def test_trace_may_only_use_its_prompts_files_domains(micro_pair, tmp_path):
+    prompts = load_prompts(_write(tmp_path, _jsonl(PROMPTS)))
+    obj = prompts_trace(prompts, micro_pair.tokenizer).to_json()
+    obj["requests"][0]["domain"] = "code"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(SpecrlError, match=r"requests\[0\]\.domain: unknown domain 'code'"):
+        load_trace(path)
+
+
+def test_workload_command_builds_a_trace_from_prompts(micro_pair_paths, tmp_path, capsys):
+    path = _write(tmp_path, _jsonl(PROMPTS))
+    out = tmp_path / "trace.json"
+    args = ["workload", "--prompts", str(path), "--out", str(out)]
+    assert main(args) == 2
+    assert "--prompts needs --tokenizer" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                *args,
+                "--tokenizer",
+                micro_pair_paths.target_path,
+                "--preset",
+                "steady-8",
+                "--peak",
+                "2",
+            ]
+        )
+        == 0
+    )
+    trace = load_trace(out)
+    assert [r.domain for r in trace.requests] == ["sql", "user", "sql"]
+    assert trace.load == {"kind": "closed", "schedule": [[0, 2]]}
+
+
+@NO_GPU
+def test_device_cuda_without_a_gpu_fails_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    def no_build(*args, **kwargs):
+        raise AssertionError("a model was built or loaded")
+
+    monkeypatch.setattr("specrl.models.build.build_pair", no_build)
+    expected = (
+        "--device cuda: no CUDA device is visible to torch (torch.cuda.is_available() is "
+        "False); run on a GPU machine or use --device cpu"
+    )
+    out = str(tmp_path / "p.json")
+    assert main(["profile", "--device", "cuda", "--out", out]) == 2
+    assert expected in capsys.readouterr().err
+    missing = str(tmp_path / "nowhere")
+    args = ["profile", "--target", missing, "--draft", missing, "--device", "cuda", "--out", out]
+    assert main(args) == 2
+    assert expected in capsys.readouterr().err
+    with pytest.raises(SpecrlError, match=r"--device cuda:1: no CUDA device is visible"):
+        require_device("cuda:1")
+    with pytest.raises(SpecrlError, match=r"--device gpu: not a torch device"):
+        require_device("gpu")
+    require_device("cpu")
+
+
+def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, tmp_path, capsys):
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    prompts = _write(tmp_path, _jsonl(PROMPTS))
+    out = tmp_path / "mine.json"
+    grid = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+    args = ["profile", "--target", target, "--draft", draft, "--prompts", str(prompts)]
+    assert main([*args, *grid, "--acceptance-rows", "2", "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert list(profile.acceptance) == ["sql", "user"]
+    assert profile.bands == ["greedy", "chat", "default"]
+    assert (profile.fingerprint["target_id"], profile.fingerprint["draft_id"]) == (target, draft)
+    assert profile.meta["prompts"]["file"] == str(prompts)
+    assert profile.meta["preset"] is None
+    # sql has a greedy and a default prompt; its chat group ran at the band's own setting.
+    assert profile.meta["prompt_counts"] == {
+        "sql": {"greedy": 1, "chat": 0, "default": 1},
+        "user": {"greedy": 0, "chat": 1, "default": 0},
+    }
+    for by_band in profile.acceptance_counts.values():
+        assert all(c["drafted_per_position"][0] > 0 for c in by_band.values())
+    capsys.readouterr()
+    assert main(["profile", "--show", str(out)]) == 0
+    assert f"target {target}, draft {draft}; acceptance on {prompts}" in capsys.readouterr().out
+
+
+def test_profile_refuses_a_draft_of_another_vocabulary_before_loading_weights(
+    micro_pair_paths, tmp_path, capsys
+):
+    from transformers import LlamaConfig
+
+    # A config and no weights: the refusal must come from the configs alone.
+    LlamaConfig(vocab_size=300, hidden_size=16, num_attention_heads=2).save_pretrained(
+        tmp_path / "other"
+    )
+    args = ["profile", "--target", micro_pair_paths.target_path, "--draft"]
+    assert main([*args, str(tmp_path / "other"), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "must share a vocabulary" in err and "vocab size 512" in err and "has 300" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_profile_pair_options_go_together(micro_pair_paths, tmp_path, capsys):
+    out = ["--out", str(tmp_path / "p.json")]
+    assert main(["profile", "--target", micro_pair_paths.target_path, *out]) == 2
+    assert "give --target and --draft together" in capsys.readouterr().err
+    pair = ["--target", micro_pair_paths.target_path, "--draft", micro_pair_paths.draft_path]
+    assert main(["profile", *pair, "--preset", "micro", *out]) == 2
+    assert "not both" in capsys.readouterr().err
