@@ -219,6 +219,8 @@ class SpecEnvBase(gym.Env):
             "batch": served.batch if served else 0,
             "drafted": served.drafted if served else 0,
             "accepted": served.accepted if served else 0,
+            "admitted": served.admitted if served else 0,
+            "prefill_s": served.prefill_seconds if served else 0.0,
             "episode_tokens": self.episode_tokens,
             "episode_time_s": self.episode_seconds,
         }

@@ -10,13 +10,11 @@ unless ``--out`` names one.
 
 from __future__ import annotations
 
-import argparse
-import ast
-import dataclasses
-import inspect
 import sys
 import time
 from dataclasses import dataclass
+
+from args import parse_dataclass
 
 from specrl.errors import SpecrlError
 from specrl.train import TrainConfig, train
@@ -57,6 +55,14 @@ class Args:
     """Entropy bonus."""
     net_arch: tuple[int, ...] = DEFAULT.net_arch
     """Hidden layer widths of the policy and value networks."""
+    reward_reference: str = DEFAULT.reward_reference
+    """Rate a step's seconds are charged at: batch (per batch size) or workload."""
+    shape_catchup: bool = DEFAULT.shape_catchup
+    """Potential-based shaping with the draft's catch-up debt."""
+    warm_start: str = DEFAULT.warm_start
+    """Controller imitated before PPO (a policy name, or none)."""
+    warm_start_epochs: int = DEFAULT.warm_start_epochs
+    """Passes of behaviour cloning."""
     normalize_reward: bool = DEFAULT.normalize_reward
     """Scale rewards by the running spread of the discounted return (SB3 VecNormalize)."""
     eval_every: int = DEFAULT.eval_every
@@ -67,45 +73,9 @@ class Args:
     """wandb mode: offline, online or disabled."""
 
 
-def field_docs(cls) -> dict[str, str]:
-    """Each field's docstring (the string right below it in the class body)."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body
-    docs = {}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
-            if isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
-                docs[node.target.id] = after.value.value
-    return docs
-
-
-def _tuple_of(item: type):
-    """argparse type for a comma list: ``"64,64"`` -> ``(64, 64)``."""
-
-    def convert(text: str) -> tuple:
-        return tuple(item(x) for x in text.split(",") if x)
-
-    return convert
-
-
 def parse_args(argv: list[str] | None = None) -> Args:
     """``Args`` from the command line: one ``--option`` per field, help from its docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    docs = field_docs(Args)
-    for f in dataclasses.fields(Args):
-        option = "--" + f.name.replace("_", "-")
-        kind = f.default.__class__
-        if kind is bool:
-            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=f.default)
-            continue
-        if kind is tuple:
-            convert = _tuple_of(type(f.default[0]))
-            shown = ",".join(str(x) for x in f.default)
-        else:
-            convert, shown = kind, f.default
-        parser.add_argument(
-            option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
-        )
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_dataclass(Args, argv, __doc__)
 
 
 def config_from(args: Args) -> TrainConfig:
@@ -126,6 +96,10 @@ def config_from(args: Args) -> TrainConfig:
         ent_coef=args.ent_coef,
         net_arch=args.net_arch,
         normalize_reward=args.normalize_reward,
+        reward_reference=args.reward_reference,
+        shape_catchup=args.shape_catchup,
+        warm_start=args.warm_start,
+        warm_start_epochs=args.warm_start_epochs,
         eval_every=args.eval_every,
         checkpoint_every=args.checkpoint_every,
         wandb=args.wandb,

@@ -215,6 +215,50 @@ def compare_policies(
     return ComparisonReport(env_name, workload, seed, episodes, results)
 
 
+def compare_surrogate(
+    profile,
+    workloads,
+    specs: list[str],
+    *,
+    episodes: int = 3,
+    seed: int = 0,
+    k_max: int = 4,
+    max_batch: int = 128,
+    max_len: int = 384,
+    n_requests: int | None = None,
+    progress: bool = True,
+) -> list[ComparisonReport]:
+    """One :func:`compare_policies` report per workload preset, in the surrogate on
+    ``profile``, every policy named in ``specs`` (see :func:`specrl.policies.make_policy`)."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies import make_policy
+
+    kwargs = {"peak": max_batch} | ({"n_requests": n_requests} if n_requests else {})
+    reports = []
+    for workload in workloads:
+        env = SurrogateSpecEnv(
+            profile=profile,
+            workload=workload,
+            workload_kwargs=kwargs,
+            k_max=k_max,
+            max_batch=max_batch,
+            max_len=max_len,
+        )
+        policies = [make_policy(spec, env=env) for spec in specs]
+        reports.append(
+            compare_policies(
+                env,
+                policies,
+                seed=seed,
+                episodes=episodes,
+                env_name="surrogate",
+                workload=str(workload),
+                progress=progress,
+            )
+        )
+    return reports
+
+
 # ----------------------------------------------------------------------------- command line
 
 

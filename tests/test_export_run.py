@@ -125,7 +125,10 @@ def test_lookup_policy_acts_as_the_controller_driven_by_hand(run_dir, tmp_path):
 
 def test_compare_runs_lookup_and_ppo_by_name(run_dir, tmp_path):
     out = tmp_path / "table.json"
-    assert main(["export", "--run", str(run_dir), "--out", str(out), "--no-progress"]) == 0
+    # --force: on 8-request episodes one differing step reshuffles every later draw, so the
+    # tokens/s ratio of the check is noise here (match is what this test needs).
+    args = ["export", "--run", str(run_dir), "--out", str(out), "--no-progress", "--force"]
+    assert main(args) == 0
     env = surrogate(run_dir)
     lookup = make_policy(f"lookup:{out}", env=env)
     ppo = make_policy(f"ppo:{run_dir}", env=env)
@@ -155,7 +158,8 @@ def test_lookup_refuses_a_table_made_for_other_hardware_unless_forced(run_dir, t
 
 def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
     native = tmp_path / "t.json"
-    assert main(["export", "--run", str(run_dir), "--out", str(native), "--no-progress"]) == 0
+    args = ["export", "--run", str(run_dir), "--out", str(native), "--no-progress", "--force"]
+    assert main(args) == 0  # --force: see test_compare_runs_lookup_and_ppo_by_name
     printed = capsys.readouterr().out
     assert "fidelity: the table picks PPO's K" in printed
     table = load_table(native)

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -19,8 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from wandb_reader import read_run
 
+from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS
+from specrl.policies.ppo import PROBE
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
 from specrl.train.run import (
@@ -112,22 +115,74 @@ def test_config_round_trips_through_json_and_rejects_unknown_fields(tmp_path):
 
 
 def test_training_env_centres_each_step_at_the_rate_reached_at_its_batch_size(profile_path):
-    config = tiny(Path("unused"), profile_path)
+    config = tiny(Path("unused"), profile_path, shape_catchup=False)
     reference = new_reference(config, linear_profile())
     env = make_training_env(config, linear_profile(), reference)
     other = make_training_env(config, linear_profile(), reference)
     assert other.reference is env.reference
     obs, _ = env.reset(seed=3)
-    assert obs.shape == (9,) and env.observation_space.contains(obs)
-    for k in (0, 2, 4, 1, 4, 4):
+    assert obs.shape == (3,) and env.observation_space.contains(obs)
+    for k in (2, 0, 4, 1, 4, 4):
         before = [reference.rate(rows) for rows in range(9)]
         obs, reward, *_, info = env.step(k)
         rows = max(info["batch"], 1)
         rho = before[rows]
         assert reward == pytest.approx((info["committed"] - rho * info["step_time_s"]) / rows)
         assert reference.rate(rows) != rho  # the step is added after its reward
-        assert obs[-1] == pytest.approx(np.log(max(round(obs[0] * 8), 1)) / np.log(8))
+        full = SurrogateSpecEnv._get_obs(env)  # the env's own observation
+        assert info["k"] == k  # fresh estimate: no probe
+        assert obs[0] == pytest.approx(np.log(max(round(full[0] * 8), 1)) / np.log(8))
+        assert obs[1] == pytest.approx(full[2]) and obs[2] == 0.0
     assert env.env_seconds > 0
+
+
+def test_training_env_probes_when_k0_has_not_drafted_for_the_probe_interval(profile_path):
+    """K=0 after ``PROBE["after_steps"]`` steps without drafting runs the probe's K, as the
+    exported table's controller does; before that K=0 is K=0. The count starts at
+    STALE_STEPS (nothing measured yet counts as fully stale)."""
+    config = tiny(Path("unused"), profile_path, workloads=("steady-8",), n_requests=400)
+    env = make_training_env(config, linear_profile())
+    obs, _ = env.reset(seed=0)
+    assert obs[2] == 1.0 and obs[1] == 0.0  # stale: acceptance reads 0
+    ks = []
+    first = PROBE["after_steps"] - STALE_STEPS
+    for _ in range(first + 1 + PROBE["after_steps"] + 1):
+        obs, *_, info = env.step(0)
+        ks.append(info["k"])
+        assert not obs[2] or info["k"] == 0  # a probe leaves the estimate fresh
+    probe = [PROBE["k"]]
+    assert ks == [0] * first + probe + [0] * PROBE["after_steps"] + probe
+
+
+def test_catchup_shaping_adds_the_discounted_change_of_the_debt_potential(profile_path):
+    """With shaping the reward is the unshaped one plus gamma * Phi(s') - Phi(s), Phi the
+    catch-up the running rows owe, priced at rho(B) / B; K=0 steps grow the debt (Phi falls)
+    and the step that drafts again pays it and recovers it."""
+    config = tiny(Path("unused"), profile_path, workloads=("steady-8",), n_requests=64)
+    shaped = make_training_env(config, linear_profile())
+    plain = make_training_env(
+        tiny(
+            Path("unused"),
+            profile_path,
+            workloads=("steady-8",),
+            n_requests=64,
+            shape_catchup=False,
+        ),
+        linear_profile(),
+    )
+    shaped.reset(seed=4)
+    plain.reset(seed=4)
+    gamma = config.gamma
+    potentials = [shaped._potential()]
+    for k in (2, 0, 0, 0, 0, 0, 3, 1):
+        rate_plain = plain.reference.rate(max(plain._batch_ahead(), 1))
+        assert shaped.reference.rate(max(shaped._batch_ahead(), 1)) == rate_plain
+        _, r_shaped, done, *_ = shaped.step(k)
+        _, r_plain, *_ = plain.step(k)
+        potentials.append(0.0 if done else shaped._potential())
+        assert r_shaped == pytest.approx(r_plain + gamma * potentials[-1] - potentials[-2])
+    assert min(potentials[2:7]) < potentials[1] <= 0.0  # K=0 steps run up a debt
+    assert potentials[2] > potentials[6]  # growing with every K=0 step
 
 
 def test_rate_reference_starts_at_the_profile_and_follows_the_rates_reached():
@@ -171,7 +226,6 @@ def test_training_env_draws_workloads_from_its_seeded_stream(profile_path):
 
 
 def test_tiny_run_writes_model_checkpoints_and_summary(finished_run):
-    from specrl.envs import SurrogateSpecEnv
     from specrl.policies.ppo import PPOPolicy
 
     names = sorted(p.name for p in (finished_run / "checkpoints").iterdir())
@@ -188,7 +242,7 @@ def test_tiny_run_writes_model_checkpoints_and_summary(finished_run):
     assert load_config(finished_run).total_timesteps == 512
 
     policy = PPOPolicy.load(finished_run)
-    assert policy.model.observation_space.shape == (9,)
+    assert policy.model.observation_space.shape == (3,)
     plain = SurrogateSpecEnv(profile=linear_profile(), workload="ramp", max_batch=8)
     obs, _ = plain.reset(seed=0)
     action, state = policy.predict(obs)
@@ -373,32 +427,6 @@ def test_cli_checks_out_and_resume(tmp_path):
 # ----------------------------------------------------------------------------- wandb
 
 
-def _wandb_log_records(path: Path):
-    """The records of a wandb transaction log (``run-ID.wandb``): a 7-byte header
-    (``:W&B``, magic, version), then LevelDB log blocks of 32 KiB whose chunks (checksum,
-    length, type: full, first, middle, last) carry one protobuf ``Record`` each."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path} is not a wandb transaction log"
-    block, header = 32768, 7
-    pos, parts = header, []
-    while pos + header <= len(data):
-        left = block - pos % block
-        if left < header:  # the block's tail is padding
-            pos += left
-            continue
-        _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + header])
-        chunk = data[pos + header : pos + header + length]
-        pos += header + length
-        if kind == 1:
-            yield chunk
-        elif kind == 2:
-            parts = [chunk]
-        elif kind == 3:
-            parts.append(chunk)
-        elif kind == 4:
-            yield b"".join([*parts, chunk])
-
-
 class _Linger:
     """An SB3 callback that makes training last at least ``seconds``. wandb's service looks
     for new tensorboard event files every 5 s and reads them on its own schedule: a run of a
@@ -423,20 +451,11 @@ class _Linger:
 
 def test_wandb_offline_run_logs_the_evaluation(tmp_path, profile_path):
     pytest.importorskip("tensorboard")
-    from wandb.proto import wandb_internal_pb2
-
     config = tiny(tmp_path / "run", profile_path, total_timesteps=256, wandb="offline")
     train(config, progress=False, callbacks=[_Linger(12.0)])
-    logs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert len(logs) == 1
-    history: dict[str, list] = {}
-    for payload in _wandb_log_records(logs[0]):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
-        if record.WhichOneof("record_type") == "history":
-            for item in record.history.item:
-                key = item.key or "/".join(item.nested_key)
-                history.setdefault(key, []).append(json.loads(item.value_json))
+    run_dirs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(run_dirs) == 1
+    history = read_run(run_dirs[0]).columns()
     for key in ("eval/tokens_per_s", "eval/ratio_best_static", "eval/ratio_oracle"):
         assert key in history, sorted(history)
         assert all(value > 0 for value in history[key])

@@ -94,6 +94,29 @@ class TrainConfig:
     """Adam learning rate (constant)."""
     net_arch: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the policy and value networks (separate networks)."""
+    reward_reference: str = "batch"
+    """Whose rate a step's seconds are charged at: "batch" (the rate reached at the step's
+    batch size, reward divided by the batch size) or "workload" (the rate reached on the
+    episode's workload, every second of an episode charged alike, reward divided by
+    max_batch)."""
+    shape_catchup: bool = True
+    """Potential-based shaping (Ng et al., 1999) with the draft's catch-up debt:
+    ``Phi(s) = -rho(B) / B * catchup_seconds(rows behind, widest lag)``, the reward plus
+    ``gamma * Phi(s') - Phi(s)``. Without it a catch-up is charged whole to the step that
+    drafts again, often at a smaller batch, where ``rho(B) / B`` weighs a second up to 30x
+    more than at 128 rows where the K=0 steps ran; K=0 at large batches then looked bad.
+    Shaping by a potential keeps the optimal policy; it charges each K=0 step the growth of
+    the debt at the batch size it ran at."""
+    warm_start: str = "oracle"
+    """A controller (a ``specrl compare`` policy name, "none" for no warm start) whose choices
+    the policy network imitates before PPO starts: behaviour cloning on the states the
+    controller visits, one episode of each training workload. Why: K=0 pays at large batches
+    only when held, because the step after K=0 that drafts again pays the draft's catch-up on
+    every skipped token. PPO explores one step at a time, each K=0 among K>0 steps looks bad,
+    and a run from scratch never chose K=0 (0.94-0.96x of off at 33-128 rows). The oracle holds
+    K=0 where it pays; PPO then improves on it (it is myopic)."""
+    warm_start_epochs: int = 20
+    """Passes of behaviour cloning over the warm start's states."""
     normalize_reward: bool = False
     """Scale rewards by a running estimate of the discounted return's spread (SB3
     VecNormalize, observations left as they are); its statistics are checkpointed."""
@@ -170,6 +193,23 @@ class TrainConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok or not low <= value <= high or (name != "ent_coef" and value == 0):
                 raise SpecrlError(f"{name} must be a number in ({low}, {high}], got {value!r}")
+        _check_int(self, "warm_start_epochs", low=1)
+        if not isinstance(self.shape_catchup, bool):
+            raise SpecrlError(f"shape_catchup must be true or false, got {self.shape_catchup!r}")
+        if self.reward_reference not in ("batch", "workload"):
+            raise SpecrlError(
+                f"reward_reference must be 'batch' or 'workload', got {self.reward_reference!r}"
+            )
+        if not isinstance(self.warm_start, str) or not self.warm_start:
+            raise SpecrlError(
+                f"warm_start must be a policy name (oracle, goodput, threshold:K:B, ...) or "
+                f"'none', got {self.warm_start!r}"
+            )
+        if self.warm_start != "none":
+            from specrl.policies import parse_policies
+
+            if len(parse_policies(self.warm_start)) != 1:
+                raise SpecrlError(f"warm_start names one policy, got {self.warm_start!r}")
         if not isinstance(self.normalize_reward, bool):
             raise SpecrlError(
                 f"normalize_reward must be true or false, got {self.normalize_reward!r}"

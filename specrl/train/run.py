@@ -126,7 +126,10 @@ class TrainingEnv(SurrogateSpecEnv):
 
     ``(committed - rho(B) * step_seconds) / B``, with ``B`` the rows the step decoded and
     ``rho(B)`` the tokens/s training has reached at ``B`` rows so far (``reference``, a
-    :class:`RateReference`, read before the step is added to it).
+    :class:`RateReference`, read before the step is added to it); with ``shaping_gamma``,
+    plus ``gamma * Phi(s') - Phi(s)`` (:meth:`_potential`, the catch-up the rows owe the
+    draft). With ``by_workload``, ``rho`` is the rate reached on the episode's workload and
+    the divisor ``max_batch``.
 
     The env's own reward uses one reference rate for every step, so its undiscounted episode
     return ranks policies exactly as tokens/s does. But with gamma < 1 a step's best K is the
@@ -154,6 +157,8 @@ class TrainingEnv(SurrogateSpecEnv):
         max_batch: int,
         max_len: int,
         reference: RateReference,
+        by_workload: bool = False,
+        shaping_gamma: float | None = None,
     ):
         super().__init__(
             profile=profile,
@@ -168,14 +173,21 @@ class TrainingEnv(SurrogateSpecEnv):
             0.0, 1.0, shape=(len(POLICY_OBS_NAMES),), dtype=np.float32
         )
         self.reference = reference
+        self.by_workload = by_workload
+        self.gamma = shaping_gamma
+        self._last_potential = 0.0
+        self._workload_index = 0
         self.env_seconds = 0.0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         start = time.perf_counter()
         if seed is not None:
             gym.Env.reset(self, seed=seed)
-        self.workload = self.workloads[int(self.np_random.integers(len(self.workloads)))]
+        self._workload_index = int(self.np_random.integers(len(self.workloads)))
+        self.workload = self.workloads[self._workload_index]
         result = super().reset(options=options)
+        if self.gamma is not None:
+            self._last_potential = self._potential()
         self.env_seconds += time.perf_counter() - start
         return result
 
@@ -186,13 +198,37 @@ class TrainingEnv(SurrogateSpecEnv):
         obs, _, terminated, truncated, info = super().step(action)
         rows = max(info["batch"], 1)
         committed, seconds = info["committed"], info["step_time_s"]
-        reward = (committed - self.reference.rate(rows) * seconds) / rows
-        self.reference.observe(rows, committed, seconds)
+        if self.by_workload:
+            key, scale = self._workload_index, self.max_batch
+        else:
+            key, scale = rows, rows
+        reward = (committed - self.reference.rate(key) * seconds) / scale
+        self.reference.observe(key, committed, seconds)
+        if self.gamma is not None:
+            potential = 0.0 if terminated else self._potential()
+            reward += self.gamma * potential - self._last_potential
+            self._last_potential = potential
         self.env_seconds += time.perf_counter() - start
         return obs, float(reward), terminated, truncated, info
 
     def _get_obs(self) -> np.ndarray:
         return policy_observation(super()._get_obs(), self.max_batch)
+
+    def _potential(self) -> float:
+        """``-rho(B) / B`` times the seconds of the catch-up the running rows owe the draft
+        (what the next drafting step would pay), ``B`` the running rows."""
+        n = self._n
+        if n == 0:
+            return 0.0
+        lag = self._lag[:n]
+        behind = lag > 2
+        if not behind.any():
+            return 0.0
+        tokens = int(behind.sum()) * (int(lag[behind].max()) - 1)
+        seconds = self._catchup_s[min(tokens, len(self._catchup_s) - 1)]
+        key = self._workload_index if self.by_workload else n
+        scale = self.max_batch if self.by_workload else n
+        return -self.reference.rate(key) * seconds / scale
 
 
 def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
@@ -208,7 +244,10 @@ def _workload_kwargs(config: TrainConfig) -> dict:
 
 
 def new_reference(config: TrainConfig, profile: Profile) -> RateReference:
-    return RateReference(profile_reference(profile, config.max_batch, config.k_max))
+    initial = profile_reference(profile, config.max_batch, config.k_max)
+    if config.reward_reference == "workload":
+        initial = np.full(len(config.workloads), initial[1:].mean())
+    return RateReference(initial)
 
 
 def make_training_env(
@@ -223,7 +262,71 @@ def make_training_env(
         max_batch=config.max_batch,
         max_len=config.max_len,
         reference=reference or new_reference(config, profile),
+        by_workload=config.reward_reference == "workload",
+        shaping_gamma=config.gamma if config.shape_catchup else None,
     )
+
+
+# ----------------------------------------------------------------------------- warm start
+
+WARM_START_SEED = 30_000
+"""Warm-start episode ``i`` (training workload ``i``) is reset with ``WARM_START_SEED + i``:
+neither training nor evaluation uses these seeds."""
+
+
+def warm_start(model, config: TrainConfig, profile: Profile, *, progress: bool = True) -> dict:
+    """Behaviour cloning: fit the policy network's action distribution to
+    ``config.warm_start``'s choices on the states it visits (cross-entropy, Adam, minibatches
+    of 256, ``config.warm_start_epochs`` passes). The value network is left to PPO. Returns
+    the number of states and the share where the network's most probable K is the
+    teacher's."""
+    import torch
+    from tqdm.auto import tqdm
+
+    states, actions = [], []
+    workloads = tqdm(config.workloads, desc="warm start: states", disable=not progress)
+    for i, name in enumerate(workloads):
+        env = SurrogateSpecEnv(
+            profile=profile,
+            workload=name,
+            workload_kwargs=_workload_kwargs(config),
+            k_max=config.k_max,
+            max_batch=config.max_batch,
+            max_len=config.max_len,
+        )
+        teacher = make_policy(config.warm_start, env=env)
+        obs, _ = env.reset(seed=WARM_START_SEED + i)
+        start, done = True, False
+        while not done:
+            k, _ = teacher.predict(obs, episode_start=np.array([start]))
+            start = False
+            states.append(obs)
+            actions.append(int(k))
+            obs, _, terminated, truncated, _ = env.step(k)
+            done = terminated or truncated
+    x = torch.as_tensor(policy_observation(np.asarray(states), config.max_batch))
+    y = torch.as_tensor(np.asarray(actions, dtype=np.int64))
+    policy = model.policy
+    params = [*policy.mlp_extractor.policy_net.parameters(), *policy.action_net.parameters()]
+    if policy.share_features_extractor:
+        params += list(policy.features_extractor.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-3)
+    generator = torch.Generator().manual_seed(config.seed)
+    for _ in tqdm(
+        range(config.warm_start_epochs), desc="warm start: cloning", disable=not progress
+    ):
+        for batch in torch.randperm(len(y), generator=generator).split(256):
+            loss = -policy.get_distribution(x[batch]).log_prob(y[batch]).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        chosen = policy.get_distribution(x).distribution.probs.argmax(dim=1)
+    return {
+        "teacher": config.warm_start,
+        "states": len(y),
+        "accuracy": float((chosen == y).float().mean()),
+    }
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -520,6 +623,8 @@ class _RunState:
     """Seconds in PPO updates (rollout end to the next rollout start)."""
     rollout_end: float | None = None
     last_eval: EvalResult | None = None
+    warm_start: dict | None = None
+    """What :func:`warm_start` returned, with its seconds; None without one."""
 
     def checkpoint_state(self, vec_env) -> dict:
         return {
@@ -529,6 +634,7 @@ class _RunState:
             "reference": self.reference.to_json(),
             "wandb_id": self.wandb_id,
             "eval_history": self.eval_history,
+            "warm_start": self.warm_start,
         }
 
     def evaluate(self, model, logger) -> EvalResult:
@@ -788,11 +894,17 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         vec_env.seed(int(seed.generate_state(1)[0]))
         wandb_id = checkpoint.state.get("wandb_id")
         history = list(checkpoint.state["eval_history"])
+        cloned = checkpoint.state.get("warm_start")
     else:
         model = _new_model(config, vec_env)
         wandb_id, history = None, []
         run_dir.mkdir(parents=True, exist_ok=True)
         config.save(run_dir / CONFIG_FILE)
+        cloned = None
+        if config.warm_start != "none":
+            began = time.perf_counter()
+            cloned = warm_start(model, config, profile, progress=progress)
+            cloned["seconds"] = round(time.perf_counter() - began, 1)
     start_steps = model.num_timesteps
     run = _RunState(
         run_dir=run_dir,
@@ -803,6 +915,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         eval_history=history,
         next_eval=_next_multiple(start_steps, config.eval_every) if config.eval_every else 0,
         next_checkpoint=_next_multiple(start_steps, config.checkpoint_every),
+        warm_start=cloned,
     )
     tensorboard_dir = _tensorboard_dir(run_dir)
     wandb_run = logger = None
@@ -841,6 +954,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "final_eval": final.to_json(),
             "eval_history": run.eval_history,
             "timing": timing,
+            "warm_start": run.warm_start,
             "config": config.to_json(),
         }
         write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())

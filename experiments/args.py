@@ -1,0 +1,56 @@
+"""Command-line options from a dataclass, cleanrl style: one ``--option`` per field, its
+help the docstring right below the field. Shared by the scripts in ``experiments/``."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+
+
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string right below it in the class body)."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
+            if isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+                docs[node.target.id] = after.value.value
+    return docs
+
+
+def _tuple_of(item: type):
+    """argparse type for a comma list: ``"64,64"`` -> ``(64, 64)``."""
+
+    def convert(text: str) -> tuple:
+        return tuple(item(x) for x in text.split(",") if x)
+
+    return convert
+
+
+def parse_dataclass(cls, argv: list[str] | None, doc: str | None):
+    """An instance of ``cls`` from ``argv``; a tuple field is a comma list, a bool field a
+    ``--x/--no-x`` pair. ``doc``'s first line is the description."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().split("\n")[0])
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        option = "--" + f.name.replace("_", "-")
+        kind = f.default.__class__
+        if kind is bool:
+            parser.add_argument(
+                option,
+                action=argparse.BooleanOptionalAction,
+                default=f.default,
+                help=f"{docs[f.name]} (default: {f.default})",
+            )
+            continue
+        if kind is tuple:
+            convert = _tuple_of(type(f.default[0]) if f.default else str)
+            shown = ",".join(str(x) for x in f.default)
+        else:
+            convert, shown = kind, f.default
+        parser.add_argument(
+            option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
+        )
+    return cls(**vars(parser.parse_args(argv)))

@@ -1,0 +1,174 @@
+"""Train PPO with several seeds, export each run's K table and compare every table with the
+baselines on held-out seeds: the mean and standard deviation of every ratio.
+
+    python experiments/seeds.py --seeds 0,1,2
+    python experiments/seeds.py --help
+
+Writes ``OUT/seed-<s>/`` (the run and its table.json), ``OUT/seeds.json`` (every ratio, per
+seed and workload, and their mean and std) and the wandb runs (offline by default: one group
+per seed and workload).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from args import parse_dataclass
+
+from specrl.errors import SpecrlError
+from specrl.train import TrainConfig
+
+DEFAULT = TrainConfig()
+RATIOS = ("best_static", "oracle", "goodput", "off", "min_bucket_off")
+
+
+@dataclass
+class Args:
+    exp_name: str = "seeds"
+    """Name of the experiment: the wandb groups' prefix and the output directory's."""
+    out: str = ""
+    """Output directory; empty: runs/{exp_name}__{unix time}."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Training seeds, one run each."""
+    total_timesteps: int = DEFAULT.total_timesteps
+    """Env steps per run."""
+    workloads: tuple[str, ...] = DEFAULT.workloads
+    """Training workload presets."""
+    eval_workloads: tuple[str, ...] = ("ramp", "day", "bursts")
+    """Workloads of the comparison (and of training's own evaluation)."""
+    episodes: int = 3
+    """Comparison episodes per workload and policy."""
+    compare_seed: int = 20_000
+    """First seed of the comparison's traces (held out from training and its evaluation)."""
+    profile: str = ""
+    """Hardware profile JSON; empty: the one shipped with specrl."""
+    max_batch: int = DEFAULT.max_batch
+    """Largest batch, and the workloads' peak concurrency."""
+    n_requests: int = 0
+    """Requests per trace; 0: the preset's own."""
+    n_envs: int = DEFAULT.n_envs
+    """Training envs stepped together."""
+    n_steps: int = DEFAULT.n_steps
+    """Steps per env per rollout."""
+    batch_size: int = DEFAULT.batch_size
+    """PPO minibatch size."""
+    net_arch: tuple[int, ...] = DEFAULT.net_arch
+    """Hidden layer widths."""
+    eval_every: int = DEFAULT.eval_every
+    """Env steps between training's held-out evaluations (0: the final one only)."""
+    wandb: str = "offline"
+    """wandb mode: offline, online or disabled."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_dataclass(Args, argv, __doc__)
+    try:
+        run(args)
+    except SpecrlError as err:
+        print(f"seeds: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def ratios(report, table_name: str) -> dict[str, float]:
+    """The table's tokens/s over each reference's in one comparison, and its lowest per-bucket
+    ratio to off."""
+    mine, off = report.result(table_name), report.result("off")
+    out = {
+        "best_static": mine.tokens_per_s / report.best_static.tokens_per_s,
+        "oracle": mine.tokens_per_s / report.result("oracle").tokens_per_s,
+        "goodput": mine.tokens_per_s / report.result("goodput").tokens_per_s,
+        "off": mine.tokens_per_s / off.tokens_per_s,
+    }
+    shared = [b for b in mine.bucket_tokens_per_s if b in off.bucket_tokens_per_s]
+    out["min_bucket_off"] = min(
+        mine.bucket_tokens_per_s[b] / off.bucket_tokens_per_s[b] for b in shared
+    )
+    return out
+
+
+def run(args: Args) -> dict:
+    from specrl.compare import compare_surrogate
+    from specrl.policies import default_policies
+    from specrl.profile import load_profile
+    from specrl.report import log_comparison
+    from specrl.train import train
+    from specrl.train.export import table_from_run
+
+    out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
+    out.mkdir(parents=True, exist_ok=True)
+    per_seed: dict[int, dict[str, dict[str, float]]] = {}
+    for seed in args.seeds:
+        config = TrainConfig(
+            out=str(out / f"seed-{seed}" / "run"),
+            seed=seed,
+            total_timesteps=args.total_timesteps,
+            workloads=args.workloads,
+            eval_workloads=args.eval_workloads,
+            profile=args.profile or None,
+            max_batch=args.max_batch,
+            n_requests=args.n_requests or None,
+            n_envs=args.n_envs,
+            n_steps=args.n_steps,
+            batch_size=args.batch_size,
+            net_arch=args.net_arch,
+            eval_every=args.eval_every,
+            wandb=args.wandb,
+        )
+        print(f"\nseed {seed}: training {config.out}")
+        train(config)
+        table = table_from_run(config.out)
+        table_path = out / f"seed-{seed}" / "table.json"
+        table.save(table_path)
+        profile = load_profile(table.provenance["profile_path"])
+        specs = [*default_policies(profile.k_max), f"lookup:{table_path}"]
+        reports = compare_surrogate(
+            profile,
+            args.eval_workloads,
+            specs,
+            episodes=args.episodes,
+            seed=args.compare_seed,
+            k_max=config.k_max,
+            max_batch=args.max_batch,
+            n_requests=args.n_requests or None,
+        )
+        name = f"lookup:{table_path.name}"
+        per_seed[seed] = {r.workload: ratios(r, name) for r in reports}
+        log_comparison(
+            reports,
+            group=f"{args.exp_name}-seed{seed}",
+            out_dir=out / f"seed-{seed}",
+            mode=args.wandb,
+        )
+    summary = {"per_seed": per_seed, "mean": {}, "std": {}}
+    lines = [
+        "| workload | " + " | ".join(f"/ {r}" for r in RATIOS) + " |",
+        "|---|" + "---|" * len(RATIOS),
+    ]
+    for workload in args.eval_workloads:
+        cells = []
+        for ratio in RATIOS:
+            values = [per_seed[s][workload][ratio] for s in args.seeds]
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            summary["mean"].setdefault(workload, {})[ratio] = mean
+            summary["std"].setdefault(workload, {})[ratio] = std
+            cells.append(f"{mean:.3f} ± {std:.3f}")
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    (out / "seeds.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        f"\nthe exported table over {len(args.seeds)} seeds (mean ± std), "
+        f"{args.episodes} held-out episodes per workload:"
+    )
+    print("\n".join(lines))
+    print(f"wrote {out}/seeds.json")
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(main())
