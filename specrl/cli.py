@@ -15,6 +15,7 @@ from specrl.errors import SpecrlError
 
 COMMAND_MODULES = [
     "specrl.models.cli",
+    "specrl.pipeline",
     "specrl.demo",
     "specrl.bench.cli",
     "specrl.workload.cli",

@@ -1,13 +1,16 @@
-"""``specrl demo``: build or reuse the default pair, speculate on held-out prompts, report.
+"""``specrl decode``: build or reuse the default pair, speculate on held-out prompts, report.
 
-The README's main command. It prints, per held-out domain, the acceptance rate, the mean
-accepted length and tokens/s at the chosen K next to K=0, then one decoded continuation.
+The engine on its own, without a controller (``specrl demo`` is the whole pipeline). It
+prints, per held-out domain, the acceptance rate, the mean accepted length and tokens/s at the
+chosen K next to K=0, then one decoded continuation.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+
+from specrl.models.build import PRESETS
 
 
 @dataclass
@@ -36,12 +39,12 @@ class DemoResult:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "demo",
+        "decode",
         help="build/reuse the default pair and run a short speculative generation",
         description="Build (or reuse) the default model pair, decode held-out prompts with "
         "speculative decoding and print the acceptance rate per domain.",
     )
-    parser.add_argument("--preset", default="small", choices=["micro", "small"])
+    parser.add_argument("--preset", default="small", choices=list(PRESETS))
     parser.add_argument("--k", type=int, default=3, help="draft tokens per step (default 3)")
     parser.add_argument("--batch", type=int, default=4, help="concurrent requests (default 4)")
     parser.add_argument("--prompt-len", type=int, default=64)

@@ -73,10 +73,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_summary(summary: dict) -> str:
-    """The final held-out evaluation and the time split, as a Markdown table and a line."""
-    final = summary["final_eval"]
+    """The held-out evaluation of the run's model and the time split, as a Markdown table and
+    a line."""
+    final = summary.get("model_eval") or summary["final_eval"]
     lines = [
-        f"{summary['num_timesteps']:,} steps; held-out evaluation:",
+        f"{summary['num_timesteps']:,} steps; the model is the best evaluated, at "
+        f"{final['timesteps']:,} steps; its held-out evaluation:",
         "| workload | PPO tokens/s | best static | / best static | / oracle | K shares |",
         "|---|---|---|---|---|---|",
     ]

@@ -31,8 +31,10 @@ from specrl.policies import make_policy
 from specrl.policies.ppo import POLICY_OBS_NAMES, PROBE, PPOPolicy, policy_observation
 from specrl.profile import Profile, load_profile
 from specrl.train.config import (
+    BEST_MODEL_FILE,
     CHECKPOINT_DIR,
     CONFIG_FILE,
+    LAST_MODEL_FILE,
     MODEL_FILE,
     RESUMABLE_CHANGES,
     SUMMARY_FILE,
@@ -584,6 +586,11 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
     for key, kind in (("rng", dict), ("eval_history", list), ("reference", dict)):
         if not isinstance(obj.get(key), kind):
             raise SpecrlError(f"{where}: field {key!r} missing or not a {kind.__name__}; {remedy}")
+    best = obj.get("best")
+    if best is not None and not (
+        isinstance(best, dict) and isinstance(best.get("ratio_best_static"), (int, float))
+    ):
+        raise SpecrlError(f"{where}: field 'best' must be null or an evaluation; {remedy}")
     config = TrainConfig.from_json(obj.get("config"), source=f"{where}: config")
     if not (path / MODEL_FILE).is_file():
         raise SpecrlError(f"{where}: {MODEL_FILE} missing; {remedy}")
@@ -625,6 +632,9 @@ class _RunState:
     last_eval: EvalResult | None = None
     warm_start: dict | None = None
     """What :func:`warm_start` returned, with its seconds; None without one."""
+    best: dict | None = None
+    """The best evaluation so far (:meth:`EvalResult.to_json`); its model is
+    ``BEST_MODEL_FILE``."""
 
     def checkpoint_state(self, vec_env) -> dict:
         return {
@@ -635,6 +645,7 @@ class _RunState:
             "wandb_id": self.wandb_id,
             "eval_history": self.eval_history,
             "warm_start": self.warm_start,
+            "best": self.best,
         }
 
     def evaluate(self, model, logger) -> EvalResult:
@@ -644,6 +655,9 @@ class _RunState:
         self.eval_s += time.perf_counter() - start
         self.last_eval = result
         self.eval_history.append(result.to_json())
+        if self.best is None or result.ratio_best_static > self.best["ratio_best_static"]:
+            write_atomic(self.run_dir / BEST_MODEL_FILE, _model_bytes(model))
+            self.best = result.to_json()
         logger.record("eval/tokens_per_s", result.tokens_per_s)
         logger.record("eval/ratio_best_static", result.ratio_best_static)
         logger.record("eval/ratio_oracle", result.ratio_oracle)
@@ -654,7 +668,32 @@ class _RunState:
             logger.record(f"eval/k_share_{k}", share)
         logger.record("eval/k", np.asarray(result.step_k), exclude=("stdout", "log", "json", "csv"))
         logger.dump(model.num_timesteps)
+        _log_to_wandb(result)
         return result
+
+
+def _log_to_wandb(result: EvalResult) -> None:
+    """The evaluation straight into the active wandb run (if any), under ``evaluation/``,
+    against ``evaluation/timesteps``: SB3's own records reach wandb through tensorboard, which
+    wandb reads on its own schedule (every few seconds), so a short run can end before the
+    last evaluation is read."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is None or wandb.run is None:
+        return
+    wandb.run.define_metric("evaluation/*", step_metric="evaluation/timesteps")
+    row = {
+        "evaluation/timesteps": result.timesteps,
+        "evaluation/tokens_per_s": result.tokens_per_s,
+        "evaluation/ratio_best_static": result.ratio_best_static,
+        "evaluation/ratio_oracle": result.ratio_oracle,
+        "evaluation/k": wandb.Histogram(result.step_k),
+    }
+    for name, figures in result.by_workload.items():
+        row[f"evaluation/{name}/ratio_best_static"] = figures["ratio_best_static"]
+        row[f"evaluation/{name}/ratio_oracle"] = figures["ratio_oracle"]
+    wandb.run.log(row)
 
 
 def _callbacks(run: _RunState, *, progress: bool) -> list:
@@ -895,12 +934,15 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         wandb_id = checkpoint.state.get("wandb_id")
         history = list(checkpoint.state["eval_history"])
         cloned = checkpoint.state.get("warm_start")
+        best = checkpoint.state.get("best")
+        if best is not None and not (run_dir / BEST_MODEL_FILE).is_file():
+            best = None  # its model is gone: the remaining evaluations choose again
     else:
         model = _new_model(config, vec_env)
         wandb_id, history = None, []
         run_dir.mkdir(parents=True, exist_ok=True)
         config.save(run_dir / CONFIG_FILE)
-        cloned = None
+        cloned = best = None
         if config.warm_start != "none":
             began = time.perf_counter()
             cloned = warm_start(model, config, profile, progress=progress)
@@ -916,6 +958,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         next_eval=_next_multiple(start_steps, config.eval_every) if config.eval_every else 0,
         next_checkpoint=_next_multiple(start_steps, config.checkpoint_every),
         warm_start=cloned,
+        best=best,
     )
     tensorboard_dir = _tensorboard_dir(run_dir)
     wandb_run = logger = None
@@ -942,7 +985,8 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             run.update_s += end - run.rollout_end
         timing = _timing(run, vec_env, steps=model.num_timesteps - start_steps, wall_s=wall_s)
         final = run.evaluate(model, logger)
-        write_atomic(run_dir / MODEL_FILE, _model_bytes(model))
+        write_atomic(run_dir / LAST_MODEL_FILE, _model_bytes(model))
+        write_atomic(run_dir / MODEL_FILE, (run_dir / BEST_MODEL_FILE).read_bytes())
         save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
         summary = {
             "format": SUMMARY_FORMAT,
@@ -952,6 +996,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "profile_sha256": hashlib.sha256(profile_path.read_bytes()).hexdigest(),
             "wandb_id": run.wandb_id,
             "final_eval": final.to_json(),
+            "model_eval": run.best,
             "eval_history": run.eval_history,
             "timing": timing,
             "warm_start": run.warm_start,

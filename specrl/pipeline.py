@@ -1,0 +1,391 @@
+"""``specrl demo``: the whole job on this machine, from the pair to a K table compared live.
+
+1. Reuse (or build) the default pair.
+2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
+   by an earlier demo, else measure one (a reduced grid). Then time a few cells now
+   (:func:`specrl.profile.freshness.check_freshness`): a profile more than 15% off is
+   reported with the command that re-measures it; ``--measure`` re-measures at once.
+3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
+   interrupted one resumes from its last checkpoint).
+4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
+5. Compare every policy in the surrogate on held-out seeds of four workloads, then off, the
+   best static K, goodput and the table live, on one held-out trace.
+6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
+   CSV, PNG plots and the wandb (offline) run directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+
+SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
+HELD_OUT_SEED = 20_000
+"""Comparison traces are reset from this seed: neither training (seeds 0..n_envs-1 and the
+streams they draw), its evaluation (10,000) nor the warm start (30,000) used it."""
+
+
+@dataclass
+class DemoOptions:
+    out: str = "runs"
+    """Each demo writes ``OUT/demo-<UTC time>/``; the cache is ``OUT/demo-cache/``."""
+    preset: str = "small"
+    timesteps: int = 50_000
+    surrogate_episodes: int = 2
+    live_requests: int = 64
+    """Requests in the live held-out trace (the mixed preset)."""
+    max_batch: int = 128
+    """Largest batch: of the profile's grid (when measured), training, the comparisons and
+    the live trace's peak concurrency."""
+    n_requests: int | None = None
+    """Requests per surrogate trace (training and comparisons); None: each preset's own."""
+    measure: bool = False
+    """Measure a profile even if a matching one exists."""
+    wandb: str = "offline"
+    threads: int | None = None
+    """torch threads; None: the profile's (step times hold at the count they were measured
+    with)."""
+    device: str = "cpu"
+    progress: bool = True
+
+
+@dataclass
+class DemoResult:
+    run_dir: Path
+    profile_path: Path
+    profile_fresh: bool
+    train_dir: Path
+    artifacts: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _step(n: int, text: str) -> None:
+    _say(f"\n[{n}/6] {text}")
+
+
+def _choose_profile(pair, options: DemoOptions, cache: Path):
+    """(profile, path, how): the shipped profile if its fingerprint matches, else a cached
+    one that does, else a new measurement."""
+    from specrl.envs import default_profile_path
+    from specrl.profile import load_profile
+    from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+
+    fp = pair_fingerprint(pair, k_max=4, device=options.device)
+    key = hashlib.sha256(
+        json.dumps({k: fp.get(k) for k in ("device", "target_sha256", "draft_sha256")}).encode()
+    ).hexdigest()[:12]
+    cached = cache / f"profile-{key}.json"
+    candidates = [] if options.measure else [default_profile_path(), cached]
+    for path in candidates:
+        if not Path(path).is_file():
+            continue
+        profile = load_profile(path)
+        try:
+            check_compatible(profile, fp, source=str(path))
+        except SpecrlError as err:
+            _say(f"  {path}: {err}")
+            continue
+        return profile, Path(path), "reused"
+    import torch
+
+    from specrl.profile.measure import measure_profile
+
+    torch.set_num_threads(options.threads or 1)
+    _say(
+        "  measuring a profile of this machine (a reduced grid: 3 repetitions per cell; "
+        "`specrl profile --out P.json` measures the full one)"
+    )
+    profile = measure_profile(
+        pair,
+        k_max=4,
+        batch_sizes=[b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= options.max_batch],
+        contexts=[16, 128, 256],
+        reps=3,
+        device=options.device,
+        preset=options.preset,
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    profile.save(cached)
+    return profile, cached, "measured"
+
+
+def _train(profile_path: Path, options: DemoOptions, cache: Path):
+    from specrl.train import TrainConfig, train
+    from specrl.train.config import SUMMARY_FILE, load_config
+    from specrl.train.run import latest_checkpoint
+
+    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
+    run_dir = cache / f"ppo-{digest}-{options.timesteps}-b{options.max_batch}"
+    config = TrainConfig(
+        out=str(run_dir),
+        total_timesteps=options.timesteps,
+        profile=str(profile_path.resolve()),
+        max_batch=options.max_batch,
+        n_requests=options.n_requests,
+        wandb=options.wandb,
+    )
+    if (run_dir / SUMMARY_FILE).is_file():
+        _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
+        return run_dir, "reused"
+    resume = False
+    if run_dir.exists():
+        try:
+            latest_checkpoint(run_dir)
+            load_config(run_dir)
+            resume = True
+        except SpecrlError:
+            import shutil
+
+            shutil.rmtree(run_dir)  # an unusable partial run of the demo's own cache
+    if resume:
+        _say(f"  resuming {run_dir} from its last checkpoint")
+    train(config, resume=resume, progress=options.progress)
+    return run_dir, "resumed" if resume else "trained"
+
+
+def run_demo(options: DemoOptions) -> DemoResult:
+    """The pipeline of the module docstring; returns where everything went."""
+    import torch
+
+    from specrl.compare import best_static, compare_policies, compare_surrogate
+    from specrl.envs import LiveSpecEnv
+    from specrl.models import load_default_pair
+    from specrl.models.build import build_pair
+    from specrl.policies import default_policies, make_policy
+    from specrl.profile.freshness import TOLERANCE, check_freshness
+    from specrl.report import (
+        log_comparison,
+        plot_buckets,
+        plot_k_over_time,
+        plot_table,
+        plot_training,
+    )
+    from specrl.table import load_table
+    from specrl.train.export import check_fidelity, table_from_run
+
+    root = Path(options.out)
+    cache = root / "demo-cache"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / f"demo-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    seconds: dict[str, float] = {}
+    artifacts: dict[str, str] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(now - clock, 1)
+        clock = now
+
+    _step(1, "the default pair")
+    paths = build_pair(options.preset, progress=options.progress)
+    pair = load_default_pair(options.preset, device=options.device)
+    _say(f"  target {paths.target_path}\n  draft  {paths.draft_path}")
+    lap("pair")
+
+    _step(2, "the hardware profile")
+    profile, profile_path, how = _choose_profile(pair, options, cache)
+    _say(f"  {how} {profile_path} (measured {profile.meta.get('created', '?')})")
+    # Step times hold at the thread count they were measured with (the profile's).
+    threads = options.threads or profile.fingerprint.get("threads") or torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    _say(f"  torch threads: {torch.get_num_threads()}")
+    report = check_freshness(profile, pair, device=options.device)
+    _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
+    if report.fresh:
+        _say(f"  fresh: every cell within {TOLERANCE:.0%} of the profile")
+    else:
+        _say(
+            "  WARNING: "
+            + report.message(str(profile_path))
+            + " (or run `specrl demo --measure`). The surrogate figures below are this "
+            "profile's; the live ones are this machine's now."
+        )
+    lap("profile")
+
+    _step(3, f"PPO, {options.timesteps:,} steps on the surrogate")
+    train_dir, trained = _train(profile_path, options, cache)
+    artifacts["training run"] = str(train_dir)
+    lap("train")
+
+    _step(4, "export the K table")
+    table = table_from_run(train_dir)
+    fidelity = check_fidelity(train_dir, table, progress=options.progress)
+    if not fidelity.passed:
+        _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
+    _say(_indent(fidelity.format()))
+    table.provenance["fidelity"] = fidelity.to_json()
+    acceptance = round(fidelity.mean_acceptance, 4)
+    table.provenance["operating_acceptance"] = acceptance
+    native = run_dir / "table.json"
+    table.save(native)
+    table = load_table(native)  # what a server would read, validated
+    artifacts["K table (native)"] = str(native)
+    from specrl.export import export_file
+
+    for fmt in ("vllm", "trtllm"):
+        path = run_dir / f"table-{fmt}.json"
+        try:
+            obj = export_file(table, fmt=fmt, acceptance=acceptance)
+        except SpecrlError as err:
+            _say(f"  {fmt}: not written: {err}")
+            continue
+        path.write_text(json.dumps(obj, indent=1) + "\n")
+        artifacts[f"K table ({fmt}, acceptance {acceptance})"] = str(path)
+        _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
+    lap("export")
+
+    _step(5, "compare: every policy in the surrogate, then four live")
+    lookup = f"lookup:{native}"
+    reports = []
+    reports = compare_surrogate(
+        profile,
+        SURROGATE_WORKLOADS,
+        [*default_policies(4), lookup],
+        episodes=options.surrogate_episodes,
+        seed=HELD_OUT_SEED,
+        max_batch=options.max_batch,
+        n_requests=options.n_requests,
+        progress=options.progress,
+    )
+    mixed = reports[-1]
+    best = best_static(mixed.results)
+    best_spec = "off" if best.policy == "off" else f"fixed:{best.policy.removeprefix('K=')}"
+    live_env = LiveSpecEnv(
+        pair=pair,
+        device=options.device,
+        workload="mixed",
+        workload_kwargs={"n_requests": options.live_requests, "peak": options.max_batch},
+        max_batch=options.max_batch,
+        profile=profile,
+        check_profile=False,  # checked above, once
+    )
+    specs = list(dict.fromkeys(["off", best_spec, "goodput", lookup]))
+    live_policies = [make_policy(s, env=live_env, profile=profile) for s in specs]
+    live = compare_policies(
+        live_env,
+        live_policies,
+        seed=HELD_OUT_SEED,
+        episodes=1,
+        env_name="live",
+        workload="mixed",
+        progress=options.progress,
+    )
+    reports.append(live)
+    lap("compare")
+
+    _step(6, "report")
+    for r in reports:
+        name = f"{r.env}-{r.workload}"
+        (run_dir / f"compare-{name}.json").write_text(json.dumps(r.to_json(), indent=1) + "\n")
+        r.write_csv(run_dir / f"compare-{name}.csv")
+    artifacts["comparisons (JSON, CSV)"] = str(run_dir / "compare-*.{json,csv}")
+    plots = {
+        "buckets-live": plot_buckets(live, run_dir / "buckets-live.png"),
+        "buckets-surrogate-mixed": plot_buckets(mixed, run_dir / "buckets-surrogate-mixed.png"),
+        "table": plot_table(table, run_dir / "table.png"),
+        "training": plot_training(train_dir, run_dir / "training.png"),
+    }
+    ramp = reports[0].result(live_policies[-1].name) or reports[0].results[-1]
+    plots["k-over-time-ramp"] = plot_k_over_time(
+        ramp.episodes[0], run_dir / "k-over-time-ramp.png", title="the K table on ramp (surrogate)"
+    )
+    artifacts["plots (PNG)"] = ", ".join(str(p) for p in plots.values())
+    groups = log_comparison(
+        reports,
+        group=f"demo-{stamp}",
+        out_dir=run_dir,
+        mode=options.wandb,
+        plots=plots,
+        config={"profile": str(profile_path), "training_run": str(train_dir)},
+    )
+    if options.wandb != "disabled":
+        artifacts["wandb runs"] = str(run_dir / "wandb")
+    lap("report")
+    result = DemoResult(run_dir, profile_path, report.fresh, train_dir, artifacts, seconds)
+    summary = {
+        "options": asdict(options),
+        "profile": str(profile_path),
+        "profile_how": how,
+        "profile_fresh": report.fresh,
+        "training": trained,
+        "fidelity": fidelity.to_json(),
+        "seconds": seconds,
+        "artifacts": artifacts,
+        "wandb_groups": [g.group for g in groups],
+    }
+    (run_dir / "demo.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    _say(f"\nsurrogate, workload mixed, {options.surrogate_episodes} held-out episodes:")
+    _say(mixed.format())
+    _say(f"\nlive on this machine, one held-out mixed trace of {options.live_requests} requests:")
+    _say(live.format())
+    _say(f"\nwrote {run_dir}/:")
+    for what, where in artifacts.items():
+        _say(f"  {what}: {where}")
+    total = sum(seconds.values())
+    _say("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()) + f"; {total:.0f} s")
+    return result
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "demo",
+        help="the whole job: pair, profile, PPO, K table, comparison in the surrogate and live",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = DemoOptions()
+    parser.add_argument("--out", default=defaults.out, help="runs directory (default: runs)")
+    parser.add_argument("--preset", default=defaults.preset, help="default pair (small)")
+    parser.add_argument("--timesteps", type=int, default=defaults.timesteps)
+    parser.add_argument("--surrogate-episodes", type=int, default=defaults.surrogate_episodes)
+    parser.add_argument("--live-requests", type=int, default=defaults.live_requests)
+    parser.add_argument("--measure", action="store_true", help="measure a new profile")
+    parser.add_argument(
+        "--wandb", choices=("offline", "online", "disabled"), default=defaults.wandb
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: the profile's)"
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.timesteps < 1 or args.live_requests < 1 or args.surrogate_episodes < 1:
+        raise SpecrlError("--timesteps, --live-requests and --surrogate-episodes must be >= 1")
+    run_demo(
+        DemoOptions(
+            out=args.out,
+            preset=args.preset,
+            timesteps=args.timesteps,
+            surrogate_episodes=args.surrogate_episodes,
+            live_requests=args.live_requests,
+            measure=args.measure,
+            wandb=args.wandb,
+            threads=args.threads,
+            device=args.device,
+            progress=not args.no_progress,
+        )
+    )
+    return 0
