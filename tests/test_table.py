@@ -422,6 +422,26 @@ def test_controller_and_export_import_no_numpy_torch_gymnasium_or_sb3(tmp_path):
     assert out.stdout.strip() == "4"
 
 
+def test_importing_the_package_loads_no_gymnasium_and_registers_the_envs_when_it_loads():
+    """Through the real package: ``import specrl.controller`` loads neither gymnasium, numpy
+    nor torch; importing gymnasium afterwards registers specrl's envs (and before, at once)."""
+    code = (
+        "import sys\n"
+        "import specrl.controller\n"
+        "print(sorted(m for m in ('gymnasium', 'numpy', 'torch') if m in sys.modules))\n"
+        "import gymnasium\n"
+        "print(sorted(i for i in gymnasium.registry if i.startswith('specrl/')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.strip().splitlines()
+    assert first == "[]"
+    assert second == "['specrl/LiveSpec-v0', 'specrl/SurrogateSpec-v0']"
+    before = "import gymnasium, specrl; print('specrl/SurrogateSpec-v0' in gymnasium.registry)"
+    out = subprocess.run([sys.executable, "-c", before], capture_output=True, text=True)
+    assert out.stdout.strip() == "True", out.stderr
+
+
 # ---------------------------------------------------------------------- exports
 
 
