@@ -35,6 +35,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--profile", metavar="PROFILE.json", help="hardware profile (default: the shipped one)"
     )
+    parser.add_argument(
+        "--env",
+        choices=("surrogate", "live"),
+        default=None,
+        help="train on the surrogate (default) or on the live engine (one env, slow)",
+    )
+    parser.add_argument(
+        "--init", metavar="RUN_DIR", help="start from this finished run's model (fine-tune)"
+    )
+    parser.add_argument("--n-requests", type=int, default=None, help="requests per training trace")
+    parser.add_argument("--preset", default=None, help="--env live: the default pair (small)")
+    parser.add_argument(
+        "--force-profile",
+        action="store_true",
+        help="--env live: accept a profile measured elsewhere, or stale",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -48,14 +64,24 @@ def config_from_args(args: argparse.Namespace):
         raise SpecrlError("give --out RUN_DIR for a new run or --resume RUN_DIR, not both")
     changes = {"total_timesteps": args.timesteps, "wandb": args.wandb}
     changes = {name: value for name, value in changes.items() if value is not None}
+    new_only = {
+        "seed": args.seed,
+        "profile": args.profile,
+        "env": args.env,
+        "init": args.init,
+        "n_requests": args.n_requests,
+        "preset": args.preset,
+        "force_profile": args.force_profile or None,
+    }
     if args.out:
-        given = {"seed": args.seed, "profile": args.profile}
-        changes.update({name: value for name, value in given.items() if value is not None})
+        changes.update({name: value for name, value in new_only.items() if value is not None})
+        if changes.get("env") == "live":
+            changes["n_envs"] = 1
         return TrainConfig(out=args.out, **changes), False
-    if args.seed is not None or args.profile:
+    if any(value is not None for value in new_only.values()):
         raise SpecrlError(
-            "--seed and --profile are fixed when a run starts; --resume takes --timesteps "
-            "and --wandb only"
+            "--seed, --profile, --env, --init, --n-requests, --preset and --force-profile are "
+            "fixed when a run starts; --resume takes --timesteps and --wandb only"
         )
     config = load_config(args.resume)
     changes["out"] = args.resume

@@ -65,6 +65,17 @@ class TrainConfig:
     seed: int = 0
     """Seeds the model, the global RNGs and training env ``i`` (``seed + i``); each env then
     draws every episode's workload and trace from its own stream."""
+    env: str = "surrogate"
+    """Where PPO trains: "surrogate" (SurrogateSpec-v0, thousands of steps/s) or "live"
+    (LiveSpec-v0: the real engine on this machine, one env, its measured step times). The
+    held-out evaluation runs in the surrogate either way."""
+    preset: str = "small"
+    """The default pair the live env serves with (env="live")."""
+    init: str | None = None
+    """A finished run to start from (its model.zip) instead of a new network: fine-tuning a
+    surrogate-trained policy live. The warm start is skipped."""
+    force_profile: bool = False
+    """env="live": use a profile measured elsewhere, or stale, with a warning."""
     workloads: tuple[str, ...] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: int | None = None
@@ -204,6 +215,16 @@ class TrainConfig:
             if not ok or not low <= value <= high or (name != "ent_coef" and value == 0):
                 raise SpecrlError(f"{name} must be a number in ({low}, {high}], got {value!r}")
         _check_int(self, "warm_start_epochs", low=1)
+        if self.env not in ("surrogate", "live"):
+            raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
+        if self.env == "live" and self.n_envs != 1:
+            raise SpecrlError(
+                f"env='live' trains on one engine: n_envs must be 1, got {self.n_envs}"
+            )
+        if self.init is not None and (not isinstance(self.init, str) or not self.init):
+            raise SpecrlError(f"init must be a run directory or None, got {self.init!r}")
+        if not isinstance(self.preset, str) or not isinstance(self.force_profile, bool):
+            raise SpecrlError("preset must be a preset name and force_profile true or false")
         if not isinstance(self.shape_catchup, bool):
             raise SpecrlError(f"shape_catchup must be true or false, got {self.shape_catchup!r}")
         if self.reward_reference not in ("batch", "workload"):

@@ -233,6 +233,67 @@ class TrainingEnv(SurrogateSpecEnv):
         return -self.reference.rate(key) * seconds / scale
 
 
+class LiveTrainingEnv(gym.Wrapper):
+    """:class:`~specrl.envs.LiveSpecEnv` as PPO trains on it: the same observation (the three
+    entries a table indexes), probe rule, workload draw per reset and per-batch-size reward as
+    :class:`TrainingEnv`, with the engine's measured step times. No catch-up shaping: the
+    engine's per-row lag is not exposed as the surrogate's is.
+
+    ``env_seconds`` accumulates the wall time spent in ``reset`` and ``step``.
+    """
+
+    def __init__(self, env, *, workloads: tuple[str, ...], reference: RateReference):
+        super().__init__(env)
+        self.workloads = tuple(workloads)
+        self.reference = reference
+        self.observation_space = spaces.Box(
+            0.0, 1.0, shape=(len(POLICY_OBS_NAMES),), dtype=np.float32
+        )
+        self.env_seconds = 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        start = time.perf_counter()
+        base = self.env.unwrapped
+        if seed is not None:
+            gym.Env.reset(base, seed=seed)
+        base.workload = self.workloads[int(base.np_random.integers(len(self.workloads)))]
+        obs, info = self.env.reset(options=options)
+        self.env_seconds += time.perf_counter() - start
+        return policy_observation(obs, base.max_batch), info
+
+    def step(self, action):
+        start = time.perf_counter()
+        base = self.env.unwrapped
+        if int(action) == 0 and base.acceptance.since_measured >= PROBE["after_steps"]:
+            action = PROBE["k"]
+        obs, _, terminated, truncated, info = self.env.step(action)
+        rows = max(info["batch"], 1)
+        committed, seconds = info["committed"], info["step_time_s"]
+        reward = (committed - self.reference.rate(rows) * seconds) / rows
+        self.reference.observe(rows, committed, seconds)
+        self.env_seconds += time.perf_counter() - start
+        return policy_observation(obs, base.max_batch), float(reward), terminated, truncated, info
+
+
+def make_live_training_env(config: TrainConfig, profile: Profile, reference: RateReference):
+    """The live training env of ``config`` (one engine, the default pair ``config.preset``);
+    the profile's freshness is checked first (refused when stale unless
+    ``config.force_profile``)."""
+    from specrl.envs import LiveSpecEnv
+
+    live = LiveSpecEnv(
+        preset=config.preset,
+        workload=config.workloads[0],
+        workload_kwargs=_workload_kwargs(config),
+        k_max=config.k_max,
+        max_batch=config.max_batch,
+        max_len=config.max_len,
+        profile=profile,
+        force_profile=config.force_profile,
+    )
+    return LiveTrainingEnv(live, workloads=config.workloads, reference=reference)
+
+
 def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
     path = Path(config.profile) if config.profile else default_profile_path()
     return load_profile(path), path
@@ -800,9 +861,12 @@ def _make_vec_env(config: TrainConfig, profile: Profile, reference: RateReferenc
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    vec_env = DummyVecEnv(
-        [lambda: Monitor(make_training_env(config, profile, reference))] * config.n_envs
-    )
+    if config.env == "live":
+        vec_env = DummyVecEnv([lambda: Monitor(make_live_training_env(config, profile, reference))])
+    else:
+        vec_env = DummyVecEnv(
+            [lambda: Monitor(make_training_env(config, profile, reference))] * config.n_envs
+        )
     if config.normalize_reward:
         vec_env = VecNormalize(vec_env, norm_obs=False, norm_reward=True, gamma=config.gamma)
     return vec_env
@@ -826,6 +890,42 @@ def _new_model(config: TrainConfig, vec_env):
         device="cpu",
         verbose=0,
     )
+
+
+def _init_model(config: TrainConfig, vec_env):
+    """The model of the finished run ``config.init``, to train on with this run's env and
+    hyperparameters (its weights and optimizer state come along)."""
+    from stable_baselines3 import PPO
+
+    from specrl.train.config import load_config
+
+    source = Path(config.init)
+    theirs = load_config(source)
+    for name in ("k_max", "max_batch"):
+        if getattr(theirs, name) != getattr(config, name):
+            raise SpecrlError(
+                f"--init {source} was trained with {name}={getattr(theirs, name)}, this run "
+                f"has {name}={getattr(config, name)}; they must match"
+            )
+    path = source / MODEL_FILE
+    if not path.is_file():
+        raise SpecrlError(f"--init {source}: {MODEL_FILE} missing; finish that run first")
+    model = PPO.load(
+        path,
+        env=vec_env,
+        device="cpu",
+        custom_objects={
+            "n_steps": config.n_steps,
+            "batch_size": config.batch_size,
+            "n_epochs": config.n_epochs,
+            "gamma": config.gamma,
+            "gae_lambda": config.gae_lambda,
+            "ent_coef": config.ent_coef,
+            "learning_rate": config.learning_rate,
+        },
+    )
+    model.num_timesteps = 0
+    return model
 
 
 def _tensorboard_dir(run_dir: Path) -> Path | None:
@@ -938,12 +1038,12 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         if best is not None and not (run_dir / BEST_MODEL_FILE).is_file():
             best = None  # its model is gone: the remaining evaluations choose again
     else:
-        model = _new_model(config, vec_env)
+        model = _init_model(config, vec_env) if config.init else _new_model(config, vec_env)
         wandb_id, history = None, []
         run_dir.mkdir(parents=True, exist_ok=True)
         config.save(run_dir / CONFIG_FILE)
         cloned = best = None
-        if config.warm_start != "none":
+        if config.warm_start != "none" and not config.init:
             began = time.perf_counter()
             cloned = warm_start(model, config, profile, progress=progress)
             cloned["seconds"] = round(time.perf_counter() - began, 1)

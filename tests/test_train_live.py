@@ -1,0 +1,82 @@
+"""``specrl train --env live``: PPO on the live engine (the micro pair), checkpointed and
+resumed like a surrogate run, and ``--init``: a surrogate-trained policy fine-tuned live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from specrl.errors import SpecrlError
+from specrl.profile.synthetic import linear_profile
+from specrl.train import TrainConfig, train
+from specrl.train.run import latest_checkpoint
+
+
+@pytest.fixture
+def home(micro_pair_paths, monkeypatch):
+    """The session's micro pair as the default pair home (no rebuild)."""
+    monkeypatch.setenv("SPECRL_HOME", str(Path(micro_pair_paths.target_path).parents[2]))
+
+
+def config(root: Path, name: str, **changes) -> TrainConfig:
+    profile = root / "linear.json"
+    if not profile.exists():
+        linear_profile().save(profile)
+    settings = dict(
+        out=str(root / name),
+        env="live",
+        preset="micro",
+        force_profile=True,  # the synthetic profile names no real machine
+        profile=str(profile),
+        total_timesteps=48,
+        workloads=("steady-2",),
+        eval_workloads=("steady-2",),
+        n_requests=3,
+        max_batch=2,
+        n_envs=1,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        net_arch=(8,),
+        checkpoint_every=16,
+        eval_every=0,
+        warm_start="none",
+        wandb="disabled",
+        torch_threads=1,
+    )
+    return TrainConfig(**(settings | changes))
+
+
+def test_live_training_checkpoints_and_resumes(home, tmp_path):
+    with pytest.warns(UserWarning, match="profile"):
+        result = train(config(tmp_path, "live"), progress=False)
+    assert result.num_timesteps == 48
+    summary = json.loads((tmp_path / "live" / "summary.json").read_text())
+    assert summary["config"]["env"] == "live" and summary["timing"]["env_share"] > 0
+    assert latest_checkpoint(tmp_path / "live").num_timesteps == 48
+    with pytest.warns(UserWarning, match="profile"):
+        resumed = train(config(tmp_path, "live", total_timesteps=80), resume=True, progress=False)
+    assert resumed.num_timesteps == 80
+
+
+def test_init_fine_tunes_a_trained_run_from_its_weights(home, tmp_path):
+    surrogate = config(tmp_path, "surrogate", env="surrogate", total_timesteps=32)
+    train(surrogate, progress=False)
+    from stable_baselines3 import PPO
+
+    start = PPO.load(tmp_path / "surrogate" / "model.zip", device="cpu")
+    fine = config(
+        tmp_path, "fine", init=str(tmp_path / "surrogate"), total_timesteps=16, learning_rate=1e-12
+    )
+    with pytest.warns(UserWarning, match="profile"):
+        result = train(fine, progress=False)
+    before = start.policy.state_dict()
+    after = result.model.policy.state_dict()
+    # A learning rate of 1e-12 leaves the weights where --init put them.
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
+    assert result.num_timesteps == 16
+    with pytest.raises(SpecrlError, match="k_max=4, this run has k_max=3"):
+        train(config(tmp_path, "bad", init=str(tmp_path / "surrogate"), k_max=3), progress=False)
