@@ -406,13 +406,14 @@ def test_resume_refuses_a_changed_config(tmp_path, profile_path, finished_run):
 
 
 def test_cli_checks_out_and_resume(tmp_path):
-    import argparse
-
+    from specrl.cli import build_parser
     from specrl.train.cli import config_from_args
 
     def args(**kw):
-        base = dict(out=None, resume=None, timesteps=None, seed=None, wandb=None, profile=None)
-        return argparse.Namespace(**(base | kw))
+        argv = ["train"]
+        for name, value in kw.items():
+            argv += [f"--{name}", str(value)]
+        return build_parser().parse_args(argv)
 
     with pytest.raises(SpecrlError, match="not both"):
         config_from_args(args(out="a", resume="b"))
@@ -422,6 +423,8 @@ def test_cli_checks_out_and_resume(tmp_path):
     assert (config.total_timesteps, config.seed, resume) == (1000, 3, False)
     with pytest.raises(SpecrlError, match="fixed when a run starts"):
         config_from_args(args(resume=str(tmp_path), seed=1))
+    config, _ = config_from_args(args(out=str(tmp_path), env="live", init="runs/a"))
+    assert (config.env, config.n_envs, config.init) == ("live", 1, "runs/a")
 
 
 # ----------------------------------------------------------------------------- wandb
