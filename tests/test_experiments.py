@@ -112,3 +112,41 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path):
     for s in (0, 1):
         assert (out / f"seed-{s}" / "table.json").is_file()
         assert (out / f"seed-{s}" / "run" / "model.zip").is_file()
+
+
+def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path):
+    draft_size = load("draft_size")
+    out = tmp_path / "drafts"
+    args = [
+        "--out",
+        str(out),
+        "--presets",
+        "micro,micro-draft3",
+        "--batch-sizes",
+        "1,2",
+        "--contexts",
+        "16",
+        "--reps",
+        "1",
+        "--total-timesteps",
+        "256",
+        "--workloads",
+        "ramp",
+        "--episodes",
+        "1",
+        "--n-requests",
+        "8",
+        "--wandb",
+        "disabled",
+    ]
+    assert draft_size.main(args) == 0
+    results = json.loads((out / "draft_size.json").read_text())
+    assert results["micro"]["draft_layers"] == 1 and results["micro-draft3"]["draft_layers"] == 3
+    assert results["micro-draft3"]["draft_params"] > results["micro"]["draft_params"]
+    for preset in ("micro", "micro-draft3"):
+        r = results[preset]
+        assert set(r["best_k_by_batch"]) == {"1", "2"}
+        assert r["crossover_batch"] in (None, 1, 2)
+        assert 0 < r["mean_acceptance"] <= 1 and r["table_over_best_static"]["ramp"] > 0
+        assert (out / preset / "table.json").is_file()
+        assert (out / preset / "profile.json").is_file()

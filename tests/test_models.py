@@ -109,7 +109,8 @@ def test_valid_pair_is_reused_without_training(micro_pair_paths, monkeypatch):
 
 
 def test_unknown_preset_is_a_one_line_error():
-    with pytest.raises(SpecrlError, match="unknown preset 'huge'; choose one of: micro, small"):
+    message = "unknown preset 'huge'; choose one of: micro, small, micro-draft3, small-draft3"
+    with pytest.raises(SpecrlError, match=message):
         build_pair("huge")
     result = subprocess.run(
         [sys.executable, "-m", "specrl.cli", "models", "build", "--preset", "huge"],
@@ -119,7 +120,7 @@ def test_unknown_preset_is_a_one_line_error():
     )
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr == ("specrl: error: unknown preset 'huge'; choose one of: micro, small\n")
+    assert result.stderr == f"specrl: error: {message}\n"
 
 
 def test_info_json_on_micro(micro_pair_paths, monkeypatch, capsys):

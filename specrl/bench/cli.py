@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specrl.files import positive_ints
+from specrl.models.build import PRESETS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     engine.add_argument(
         "--preset",
         default="small",
-        choices=["micro", "small"],
+        choices=list(PRESETS),
         help="built-in pair to benchmark (default: small)",
     )
     engine.add_argument("--target", help="target model id or directory (with --draft)")

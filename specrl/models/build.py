@@ -5,7 +5,8 @@ and CPU instruction set; training runs on one thread so the core count does not 
 a byte-level BPE tokenizer on the training split of :mod:`specrl.models.corpus`, train the
 Llama target on next-token loss, then distill the Llama draft from the target (forward KL to
 the target's logits; reported to beat data-only training by about 10 points of agreement at
-equal time). Both train under bf16 autocast and are saved as fp16 safetensors with
+equal time). Both train under bf16 autocast where the CPU computes bf16 natively, else in
+float32 (see :func:`training_dtype`), and are saved as fp16 safetensors with
 ``save_pretrained``, each next to a copy of the tokenizer.
 
 Layout of a pair directory::
@@ -23,6 +24,13 @@ cores (41 min for 3.1M target tokens, 22 min for 3.7M distillation tokens), far 
 ask of every user, CI job or test run, while checking the shipped files against their manifest
 takes well under a second. ``build_pair("small")`` therefore uses the shipped directory in
 place when it verifies; ``force=True`` (``--retrain``) reproduces it.
+
+Draft variants (``micro-draft3``, ``small-draft3``): the base preset's target, copied byte for
+byte from its verified pair directory, with a deeper draft (3 layers, the base draft's width)
+distilled from it on the base draft's data, steps, learning rate and seeds, so that depth is
+the only difference. They are built on demand into ``$SPECRL_HOME/pairs/<name>`` (never
+shipped), with the same layout and manifest plus ``base``; a cached variant whose target no
+longer matches the base pair's is rebuilt. ``force=True`` redistills the draft only.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -75,10 +83,23 @@ class Preset:
     corpus_stride: int  # use every n-th training document (1 = all)
     draft_data: str  # "all": the target's training text; "code": with docstrings/comments removed
     max_position_embeddings: int
+    base: str | None = None  # a draft variant: reuse this preset's target, train only the draft
 
     def __post_init__(self):
         if self.seq_len > self.max_position_embeddings:
             raise ValueError("seq_len must not exceed max_position_embeddings")
+
+
+def draft_variant(base: Preset, draft_layers: int) -> Preset:
+    """``base`` with a ``draft_layers``-deep draft of the same width, distilled from its target."""
+    if base.base is not None:
+        raise ValueError(f"{base.name} is itself a draft variant; derive from {base.base}")
+    return replace(
+        base,
+        name=f"{base.name}-draft{draft_layers}",
+        draft=replace(base.draft, num_layers=draft_layers),
+        base=base.name,
+    )
 
 
 PRESETS = {
@@ -113,6 +134,8 @@ PRESETS = {
         max_position_embeddings=1024,
     ),
 }
+# Same target, a 3-layer draft: how acceptance and draft cost grow with the draft's depth.
+PRESETS |= {v.name: v for v in (draft_variant(PRESETS[name], 3) for name in ("micro", "small"))}
 
 
 @dataclass(frozen=True)
@@ -149,9 +172,14 @@ def build_pair(
     Order: ``out`` (default ``$SPECRL_HOME/pairs/<preset>``) if it verifies; else the shipped
     pair (used in place, or copied into ``out`` when ``out`` is given); else train into
     ``out``. ``force`` skips both and retrains. Shipped and cached pairs are seed 0.
+
+    A draft variant first gets its base pair this same way (at the default place), then reuses
+    ``out`` only if it also holds exactly that target; ``force`` redistills only the draft.
     """
     spec = get_preset(preset)
     out_dir = Path(out) if out is not None else default_pair_dir(preset)
+    if spec.base is not None:
+        return _build_variant(spec, out_dir, seed=seed, force=force, progress=progress)
     if not force:
         if verify_pair_dir(out_dir, preset, seed):
             return _paths(out_dir, preset)
@@ -164,6 +192,22 @@ def build_pair(
     with _training_cpu_settings():
         _replace_dir(out_dir, lambda tmp: _train_pair(spec, tmp, seed=seed, progress=progress))
     return _paths(out_dir, preset)
+
+
+def _build_variant(spec: Preset, out_dir: Path, *, seed: int, force: bool, progress: bool):
+    base_dir = Path(build_pair(spec.base, seed=seed, progress=progress).target_path).parent
+    base_target = _role_files(read_manifest(base_dir), "target")
+    if (
+        not force
+        and verify_pair_dir(out_dir, spec.name, seed)
+        and _role_files(read_manifest(out_dir), "target") == base_target
+    ):
+        return _paths(out_dir, spec.name)
+    with _training_cpu_settings():
+        _replace_dir(
+            out_dir, lambda tmp: _train_variant(spec, base_dir, tmp, seed=seed, progress=progress)
+        )
+    return _paths(out_dir, spec.name)
 
 
 @contextlib.contextmanager
@@ -215,6 +259,11 @@ def _hash_files(pair_dir: Path) -> dict[str, str]:
     return {p.relative_to(pair_dir).as_posix(): _sha256(p) for p in files if p.is_file()}
 
 
+def _role_files(manifest: dict, role: str) -> dict[str, str]:
+    """The manifest's sha256 entries for one role's files (``target`` or ``draft``)."""
+    return {k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")}
+
+
 def read_manifest(pair_dir: Path) -> dict | None:
     try:
         return json.loads((Path(pair_dir) / MANIFEST).read_text())
@@ -244,15 +293,12 @@ def _seeded(seed: int):
 
 
 def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> None:
-    from transformers import PreTrainedTokenizerFast
-
     started = time.perf_counter()
     documents = corpus.training_documents()[:: spec.corpus_stride]
     texts = [d.text for d in documents]
     tokenizer = train_tokenizer(texts, spec.vocab_size)
     tokens = _encode_corpus(tokenizer, texts, progress)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS)
-    fast.model_max_length = spec.max_position_embeddings
+    fast = _hf_tokenizer(tokenizer, spec)
 
     with _seeded(seed):
         target = _new_model(spec, spec.target, fast)
@@ -267,9 +313,9 @@ def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> No
         desc=f"{spec.name}: target",
         progress=progress,
     )
-    # Distill from the target exactly as shipped (fp16-rounded), with its own data stream, so
-    # the draft can be retrained from a saved target with the same result.
-    target = target.to(torch.float16).float()
+    # Distill from the target exactly as shipped, with its own data stream, so the draft can be
+    # retrained from a saved target with the same result (_train_variant does).
+    target = _as_saved(target)
     draft = distill_draft(
         spec,
         target,
@@ -282,18 +328,78 @@ def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> No
     for role, model in (("target", target), ("draft", draft)):
         model.to(torch.float16).save_pretrained(out_dir / role)
         fast.save_pretrained(out_dir / role)
+    _write_manifest(out_dir, spec, seed=seed, tokens=tokens, started=started)
+
+
+def _train_variant(spec: Preset, base_dir: Path, out_dir: Path, *, seed: int, progress: bool):
+    """Copy the base pair's target and distill ``spec.draft`` from it, as :func:`_train_pair`
+    would: the saved fp16 target is what the base draft was distilled from, and the training
+    text, its tokenization and the draft's seeds are the same."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    started = time.perf_counter()
+    shutil.copytree(base_dir / "target", out_dir / "target")
+    copied = _role_files({"files": _hash_files(out_dir)}, "target")
+    if copied != _role_files(read_manifest(base_dir), "target"):
+        raise SpecrlError(
+            f"the target copied from {base_dir} does not match its manifest; "
+            f"rebuild the base pair (specrl models build --preset {spec.base} --retrain)"
+        )
+    tokenizer = Tokenizer.from_file(str(out_dir / "target" / "tokenizer.json"))
+    fast = _hf_tokenizer(tokenizer, spec)
+    target = _as_saved(AutoModelForCausalLM.from_pretrained(out_dir / "target"))
+    texts = [d.text for d in corpus.training_documents()[:: spec.corpus_stride]]
+    tokens = _encode_corpus(tokenizer, texts, progress)
+    draft = distill_draft(
+        spec,
+        target,
+        fast,
+        draft_tokens(spec, tokenizer, texts, tokens),
+        seed=seed,
+        progress=progress,
+    )
+    draft.to(torch.float16).save_pretrained(out_dir / "draft")
+    fast.save_pretrained(out_dir / "draft")
+    _write_manifest(out_dir, spec, seed=seed, tokens=tokens, started=started, base=spec.base)
+
+
+def _write_manifest(out_dir: Path, spec: Preset, *, seed, tokens, started, **extra) -> None:
+    """Written last: its presence with matching hashes is what makes the directory valid."""
     manifest = {
         "format": FORMAT_VERSION,
         "preset": spec.name,
+        **extra,
         "seed": seed,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
+        "training_dtype": str(training_dtype()).removeprefix("torch."),
         "training_tokens_in_corpus": int(tokens.size),
         "build_seconds": round(time.perf_counter() - started, 1),
         "spec": asdict(spec),
         "files": _hash_files(out_dir),
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def training_dtype() -> torch.dtype:
+    """bf16 (autocast) where the CPU has bf16 instructions (AVX512-BF16 or AMX), else float32.
+
+    Elsewhere bf16 is emulated: on a 2-core AVX2 EPYC a bf16 matmul ran 37x slower than
+    float32 and a small-draft3 distillation step took 30 s instead of 4.4 s. They give different
+    weights, so the choice is part of what a build is deterministic for (in the manifest).
+    """
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return torch.bfloat16 if native else torch.float32
+
+
+def _as_saved(model):
+    """``model`` in float32 with every tensor rounded through fp16, as the pair is saved.
+
+    Buffers too: a loaded model recomputes the rotary ``inv_freq`` in float32, which shifts
+    the logits slightly and so the distilled draft; rounding both ways makes them agree.
+    """
+    return model.to(torch.float16).float().eval()
 
 
 def draft_tokens(spec: Preset, tokenizer, texts: list[str], tokens: np.ndarray) -> np.ndarray:
@@ -347,6 +453,16 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return tokenizer
 
 
+def _hf_tokenizer(tokenizer, spec: Preset):
+    """The transformers wrapper saved next to each model (built, not loaded, so that the saved
+    files are the same whether the pair or only a draft variant is trained)."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS)
+    fast.model_max_length = spec.max_position_embeddings
+    return fast
+
+
 def _encode_corpus(tokenizer, texts: list[str], progress: bool) -> np.ndarray:
     """One flat array: ``<s> doc </s> <s> doc </s> ...``."""
     eos_id = tokenizer.token_to_id(EOS)
@@ -389,6 +505,7 @@ def _train(model, teacher, tokens, spec, steps, peak_lr, generator, *, desc, pro
         betas=(0.9, 0.95),
     )
     warmup = max(1, steps // 20)
+    dtype = training_dtype()
     data = torch.from_numpy(tokens.astype(np.int64))
     window = spec.seq_len + 1
     bar = tqdm(range(steps), desc=desc, disable=not progress, unit="step", dynamic_ncols=True)
@@ -402,7 +519,7 @@ def _train(model, teacher, tokens, spec, steps, peak_lr, generator, *, desc, pro
         starts = torch.randint(0, data.numel() - window, (spec.batch_size,), generator=generator)
         batch = torch.stack([data[s : s + window] for s in starts.tolist()])  # [B, T+1]
         inputs, labels = batch[:, :-1], batch[:, 1:]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
             logits = model(input_ids=inputs).logits  # [B, T, V]
             if teacher is not None:
                 with torch.no_grad():

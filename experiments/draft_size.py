@@ -1,0 +1,183 @@
+"""The same pipeline for two drafts of one target: how the crossover batch and the learned K
+table move when the draft's cost and acceptance change.
+
+    python experiments/draft_size.py                      # small (1-layer draft) vs small-draft3
+    python experiments/draft_size.py --presets micro,micro-draft3 --total-timesteps 2048
+    python experiments/draft_size.py --help
+
+For each preset: build the pair if needed (a draft variant distils its draft from the base
+pair's target and is cached under $SPECRL_HOME, never shipped), measure a profile on this
+machine (both the same way, one after the other), train PPO on it, export the table, and
+compare it with the baselines in the surrogate on held-out seeds. Serving folklore says a
+larger draft lowers the batch size above which speculation stops paying; the table printed
+at the end shows whether it does here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from args import parse_dataclass
+
+from specrl.errors import SpecrlError
+
+
+@dataclass
+class Args:
+    exp_name: str = "draft_size"
+    """Name of the experiment: the wandb groups' prefix and the output directory's."""
+    out: str = ""
+    """Output directory; empty: runs/{exp_name}__{unix time}."""
+    presets: tuple[str, ...] = ("small", "small-draft3")
+    """Pairs to run, each with its own profile, run and table."""
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    """The profiles' batch grid."""
+    contexts: tuple[int, ...] = (16, 128, 256)
+    """The profiles' prompt lengths."""
+    reps: int = 3
+    """Profile repetitions per cell."""
+    threads: int = 1
+    """torch threads while profiling (the profile holds at this count)."""
+    total_timesteps: int = 50_000
+    """PPO env steps per preset."""
+    workloads: tuple[str, ...] = ("ramp", "day", "bursts", "mixed")
+    """Workloads of the comparison."""
+    episodes: int = 2
+    """Comparison episodes per workload and policy."""
+    seed: int = 20_000
+    """First seed of the comparison's traces (held out from training)."""
+    n_requests: int = 0
+    """Requests per surrogate trace; 0: the preset's own."""
+    wandb: str = "offline"
+    """wandb mode: offline, online or disabled."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_dataclass(Args, argv, __doc__)
+    try:
+        run(args)
+    except SpecrlError as err:
+        print(f"draft_size: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def crossover(profile) -> int | None:
+    """The smallest batch size of the profile's grid from which off has the best tokens/s at
+    every larger size too (None: speculation pays at every size measured)."""
+    best = [max(range(len(row)), key=row.__getitem__) for row in profile.tokens_per_s]
+    for i, batch in enumerate(profile.batch_sizes):
+        if all(k == 0 for k in best[i:]):
+            return batch
+    return None
+
+
+def table_k_by_batch(table, acceptance: float) -> dict[int, int]:
+    """The table's K at ``acceptance`` for each bucket's first batch size."""
+    column = table.acceptance_bin(acceptance)
+    return {lo: table.cell(b)[column] for b, (lo, _) in enumerate(table.batch_buckets)}
+
+
+def run(args: Args) -> dict:
+    import numpy as np
+    import torch
+
+    from specrl.compare import compare_surrogate
+    from specrl.models import load_default_pair
+    from specrl.policies import default_policies
+    from specrl.profile.measure import measure_profile
+    from specrl.report import log_comparison, plot_table
+    from specrl.train import TrainConfig, train
+    from specrl.train.export import table_from_run
+
+    out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
+    out.mkdir(parents=True, exist_ok=True)
+    max_batch = max(args.batch_sizes)
+    results = {}
+    for preset in args.presets:
+        where = out / preset
+        where.mkdir(exist_ok=True)
+        print(f"\n{preset}: pair and profile")
+        torch.set_num_threads(args.threads)
+        pair = load_default_pair(preset)
+        draft_params = sum(p.numel() for p in pair.draft.parameters())
+        draft_layers = pair.draft.config.num_hidden_layers
+        profile = measure_profile(
+            pair,
+            k_max=4,
+            batch_sizes=list(args.batch_sizes),
+            contexts=list(args.contexts),
+            reps=args.reps,
+            preset=preset,
+        )
+        profile_path = where / "profile.json"
+        profile.save(profile_path)
+        del pair
+        print(f"{preset}: PPO, {args.total_timesteps:,} steps")
+        config = TrainConfig(
+            out=str(where / "run"),
+            total_timesteps=args.total_timesteps,
+            profile=str(profile_path.resolve()),
+            max_batch=max_batch,
+            n_requests=args.n_requests or None,
+            eval_every=min(25_000, args.total_timesteps),
+            wandb=args.wandb,
+        )
+        train(config)
+        table = table_from_run(config.out)
+        table.save(where / "table.json")
+        plot_table(table, where / "table.png")
+        acceptance = float(np.mean(profile.mean_acceptance))
+        reports = compare_surrogate(
+            profile,
+            args.workloads,
+            [*default_policies(4), f"lookup:{where / 'table.json'}"],
+            episodes=args.episodes,
+            seed=args.seed,
+            max_batch=max_batch,
+            n_requests=args.n_requests or None,
+        )
+        log_comparison(reports, group=f"{args.exp_name}-{preset}", out_dir=where, mode=args.wandb)
+        cost = profile.step_seconds(0, 4, 0) / profile.step_seconds(0, 0, 0)
+        results[preset] = {
+            "draft_layers": draft_layers,
+            "draft_params": draft_params,
+            "mean_acceptance": acceptance,
+            "cost_k4_over_k0_at_batch_1": cost,
+            "crossover_batch": crossover(profile),
+            "best_k_by_batch": {
+                b: max(range(len(row)), key=row.__getitem__)
+                for b, row in zip(profile.batch_sizes, profile.tokens_per_s)
+            },
+            "table_k_by_batch": table_k_by_batch(table, acceptance),
+            "table_over_best_static": {
+                r.workload: r.result("lookup:table.json").tokens_per_s / r.best_static.tokens_per_s
+                for r in reports
+            },
+        }
+    (out / "draft_size.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(
+        "\n| preset | draft layers | params | mean acceptance | T(1,4)/T(1,0) | crossover "
+        "batch (profile) | best K by batch (profile) | table K by batch (at mean acc.) | "
+        "table / best static |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for preset, r in results.items():
+        ks = " ".join(f"{b}:{k}" for b, k in r["best_k_by_batch"].items())
+        tk = " ".join(f"{b}:{k}" for b, k in r["table_k_by_batch"].items())
+        ratios = " ".join(f"{w} {v:.3f}" for w, v in r["table_over_best_static"].items())
+        print(
+            f"| {preset} | {r['draft_layers']} | {r['draft_params']:,} | "
+            f"{r['mean_acceptance']:.3f} | {r['cost_k4_over_k0_at_batch_1']:.2f} | "
+            f"{r['crossover_batch']} | {ks} | {tk} | {ratios} |"
+        )
+    print(f"wrote {out}/draft_size.json")
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())
