@@ -40,6 +40,8 @@ class Args:
     """The profiles' prompt lengths."""
     reps: int = 3
     """Profile repetitions per cell."""
+    acceptance_rows: int = 384
+    """Requests per domain and temperature band for the profiles' acceptance."""
     threads: int = 1
     """torch threads while profiling (the profile holds at this count)."""
     total_timesteps: int = 50_000
@@ -112,6 +114,7 @@ def run(args: Args) -> dict:
             batch_sizes=list(args.batch_sizes),
             contexts=list(args.contexts),
             reps=args.reps,
+            acceptance_rows=args.acceptance_rows,
             preset=preset,
         )
         profile_path = where / "profile.json"
