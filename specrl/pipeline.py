@@ -3,7 +3,7 @@
 1. Reuse (or build) the default pair.
 2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
    by an earlier demo, else measure one (a reduced grid). Then time a few cells now
-   (:func:`specrl.profile.freshness.check_freshness`): a profile more than 15% off is
+   (``specrl profile --check``): a profile more than 15% off is
    reported with the command that re-measures it; ``--measure`` re-measures at once.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
    interrupted one resumes from its last checkpoint).
@@ -356,9 +356,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     defaults = DemoOptions()
     parser.add_argument("--out", default=defaults.out, help="runs directory (default: runs)")
     parser.add_argument("--preset", default=defaults.preset, help="default pair (small)")
-    parser.add_argument("--timesteps", type=int, default=defaults.timesteps)
-    parser.add_argument("--surrogate-episodes", type=int, default=defaults.surrogate_episodes)
-    parser.add_argument("--live-requests", type=int, default=defaults.live_requests)
+    parser.add_argument(
+        "--timesteps", type=int, default=defaults.timesteps, help="PPO env steps (50,000)"
+    )
+    parser.add_argument(
+        "--surrogate-episodes",
+        type=int,
+        default=defaults.surrogate_episodes,
+        help="held-out episodes per workload and policy in the surrogate (2)",
+    )
+    parser.add_argument(
+        "--live-requests",
+        type=int,
+        default=defaults.live_requests,
+        help="requests in the live held-out trace (64)",
+    )
     parser.add_argument("--measure", action="store_true", help="measure a new profile")
     parser.add_argument(
         "--wandb", choices=("offline", "online", "disabled"), default=defaults.wandb
