@@ -54,3 +54,19 @@ def parse_dataclass(cls, argv: list[str] | None, doc: str | None):
             option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
         )
     return cls(**vars(parser.parse_args(argv)))
+
+
+def script_main(cls, run, argv: list[str] | None, doc: str | None, name: str) -> int:
+    """Parse ``argv`` into ``cls``, call ``run(args)``; a ``SpecrlError`` becomes one line on
+    stderr (``NAME: error: ...``) and exit status 2."""
+    import sys
+
+    from specrl.errors import SpecrlError
+
+    args = parse_dataclass(cls, argv, doc)
+    try:
+        run(args)
+    except SpecrlError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 2
+    return 0

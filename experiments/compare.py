@@ -18,9 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from args import parse_dataclass
-
-from specrl.errors import SpecrlError
+from args import script_main
 
 
 @dataclass
@@ -52,13 +50,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_dataclass(Args, argv, __doc__)
-    try:
-        run(args)
-    except SpecrlError as err:
-        print(f"compare: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return script_main(Args, run, argv, __doc__, "compare")
 
 
 def run(args: Args) -> Path:

@@ -18,9 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from args import parse_dataclass
+from args import script_main
 
-from specrl.errors import SpecrlError
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -66,13 +65,7 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_dataclass(Args, argv, __doc__)
-    try:
-        run(args)
-    except SpecrlError as err:
-        print(f"seeds: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return script_main(Args, run, argv, __doc__, "seeds")
 
 
 def ratios(report, table_name: str) -> dict[str, float]:

@@ -174,12 +174,11 @@ def check_fidelity(
     from tqdm.auto import tqdm
 
     from specrl.controller import LookupController
-    from specrl.envs import SurrogateSpecEnv
     from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
     from specrl.policies.ppo import PPOPolicy
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, _workload_kwargs
+    from specrl.train.run import _load_run_profile, surrogate_env
 
     config = load_config(run_dir)
     policy = PPOPolicy.load(run_dir, k_max=table.k_max)
@@ -192,14 +191,7 @@ def check_fidelity(
     by_workload = {}
     bar = tqdm(total=len(config.eval_workloads) * episodes, desc="fidelity", disable=not progress)
     for name in config.eval_workloads:
-        env = SurrogateSpecEnv(
-            profile=profile,
-            workload=name,
-            workload_kwargs=_workload_kwargs(config),
-            k_max=config.k_max,
-            max_batch=config.max_batch,
-            max_len=config.max_len,
-        )
+        env = surrogate_env(config, profile, name)
         mine = {"states": 0, "matches": 0, "policy": [0, 0.0], "table": [0, 0.0]}
         for s in seeds:
             shadow = LookupController(table)

@@ -306,6 +306,19 @@ def _workload_kwargs(config: TrainConfig) -> dict:
     return kwargs
 
 
+def surrogate_env(config: TrainConfig, profile: Profile, workload: str) -> SurrogateSpecEnv:
+    """A plain surrogate env of ``config``'s sizes serving ``workload`` (evaluation, the warm
+    start, the export's fidelity check)."""
+    return SurrogateSpecEnv(
+        profile=profile,
+        workload=workload,
+        workload_kwargs=_workload_kwargs(config),
+        k_max=config.k_max,
+        max_batch=config.max_batch,
+        max_len=config.max_len,
+    )
+
+
 def new_reference(config: TrainConfig, profile: Profile) -> RateReference:
     initial = profile_reference(profile, config.max_batch, config.k_max)
     if config.reward_reference == "workload":
@@ -349,14 +362,7 @@ def warm_start(model, config: TrainConfig, profile: Profile, *, progress: bool =
     states, actions = [], []
     workloads = tqdm(config.workloads, desc="warm start: states", disable=not progress)
     for i, name in enumerate(workloads):
-        env = SurrogateSpecEnv(
-            profile=profile,
-            workload=name,
-            workload_kwargs=_workload_kwargs(config),
-            k_max=config.k_max,
-            max_batch=config.max_batch,
-            max_len=config.max_len,
-        )
+        env = surrogate_env(config, profile, name)
         teacher = make_policy(config.warm_start, env=env)
         obs, _ = env.reset(seed=WARM_START_SEED + i)
         start, done = True, False
@@ -434,17 +440,7 @@ class Evaluation:
     def __init__(self, config: TrainConfig, profile: Profile):
         self.k_max = config.k_max
         self.seeds = [config.eval_seed + i for i in range(config.eval_episodes)]
-        self.envs = {
-            name: SurrogateSpecEnv(
-                profile=profile,
-                workload=name,
-                workload_kwargs=_workload_kwargs(config),
-                k_max=config.k_max,
-                max_batch=config.max_batch,
-                max_len=config.max_len,
-            )
-            for name in config.eval_workloads
-        }
+        self.envs = {name: surrogate_env(config, profile, name) for name in config.eval_workloads}
         self._specs = ["off", *(f"fixed:{k}" for k in range(1, config.k_max + 1)), "oracle"]
         self._baselines: dict[str, list] | None = None
 
