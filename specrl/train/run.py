@@ -1034,7 +1034,13 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         if best is not None and not (run_dir / BEST_MODEL_FILE).is_file():
             best = None  # its model is gone: the remaining evaluations choose again
     else:
-        model = _init_model(config, vec_env) if config.init else _new_model(config, vec_env)
+        if config.init:
+            model = _init_model(config, vec_env)
+            # Training goes on: so does the reward's reference, from the rates reached so far.
+            source = latest_checkpoint(config.init)
+            reference.load_json(source.state["reference"], f"checkpoint {source.path}")
+        else:
+            model = _new_model(config, vec_env)
         wandb_id, history = None, []
         run_dir.mkdir(parents=True, exist_ok=True)
         config.save(run_dir / CONFIG_FILE)
