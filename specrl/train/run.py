@@ -28,7 +28,7 @@ from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_atomic
 from specrl.policies import make_policy
-from specrl.policies.ppo import POLICY_OBS_NAMES, PROBE, PPOPolicy, policy_observation
+from specrl.policies.ppo import POLICY_OBS_NAMES, PPOPolicy, apply_probe, policy_observation
 from specrl.profile import Profile, load_profile
 from specrl.train.config import (
     BEST_MODEL_FILE,
@@ -83,6 +83,13 @@ class RateReference:
     def rate(self, rows: int) -> float:
         seconds = self.seconds[rows]
         return self.tokens[rows] / seconds if seconds > 0 else self.initial[rows]
+
+    def charge(self, key: int, committed: int, seconds: float, scale: float) -> float:
+        """A step's reward, ``(committed - rate(key) * seconds) / scale``, with the rate read
+        before the step is added to it (:meth:`observe`)."""
+        reward = (committed - self.rate(key) * seconds) / scale
+        self.observe(key, committed, seconds)
+        return reward
 
     def observe(self, rows: int, committed: int, seconds: float) -> None:
         w = self.weight
@@ -195,8 +202,7 @@ class TrainingEnv(SurrogateSpecEnv):
 
     def step(self, action):
         start = time.perf_counter()
-        if int(action) == 0 and self._tracker.since_measured >= PROBE["after_steps"]:
-            action = PROBE["k"]
+        action = int(apply_probe(int(action), self._tracker.since_measured))
         obs, _, terminated, truncated, info = super().step(action)
         rows = max(info["batch"], 1)
         committed, seconds = info["committed"], info["step_time_s"]
@@ -204,8 +210,7 @@ class TrainingEnv(SurrogateSpecEnv):
             key, scale = self._workload_index, self.max_batch
         else:
             key, scale = rows, rows
-        reward = (committed - self.reference.rate(key) * seconds) / scale
-        self.reference.observe(key, committed, seconds)
+        reward = self.reference.charge(key, committed, seconds, scale)
         if self.gamma is not None:
             potential = 0.0 if terminated else self._potential()
             reward += self.gamma * potential - self._last_potential
@@ -264,13 +269,11 @@ class LiveTrainingEnv(gym.Wrapper):
     def step(self, action):
         start = time.perf_counter()
         base = self.env.unwrapped
-        if int(action) == 0 and base.acceptance.since_measured >= PROBE["after_steps"]:
-            action = PROBE["k"]
+        action = int(apply_probe(int(action), base.acceptance.since_measured))
         obs, _, terminated, truncated, info = self.env.step(action)
         rows = max(info["batch"], 1)
         committed, seconds = info["committed"], info["step_time_s"]
-        reward = (committed - self.reference.rate(rows) * seconds) / rows
-        self.reference.observe(rows, committed, seconds)
+        reward = self.reference.charge(rows, committed, seconds, rows)
         self.env_seconds += time.perf_counter() - start
         return policy_observation(obs, base.max_batch), float(reward), terminated, truncated, info
 
