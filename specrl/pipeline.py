@@ -172,7 +172,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         plot_training,
     )
     from specrl.table import load_table
-    from specrl.train.export import check_fidelity, table_from_run
+    from specrl.train.export import checked_table
 
     root = Path(options.out)
     cache = root / "demo-cache"
@@ -221,14 +221,11 @@ def run_demo(options: DemoOptions) -> DemoResult:
     lap("train")
 
     _step(4, "export the K table")
-    table = table_from_run(train_dir)
-    fidelity = check_fidelity(train_dir, table, progress=options.progress)
+    table, fidelity = checked_table(train_dir, progress=options.progress)
     if not fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
     _say(_indent(fidelity.format()))
-    table.provenance["fidelity"] = fidelity.to_json()
-    acceptance = round(fidelity.mean_acceptance, 4)
-    table.provenance["operating_acceptance"] = acceptance
+    acceptance = table.provenance["operating_acceptance"]
     native = run_dir / "table.json"
     table.save(native)
     table = load_table(native)  # what a server would read, validated

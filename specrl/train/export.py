@@ -237,6 +237,35 @@ def check_fidelity(
     )
 
 
+def checked_table(
+    run_dir: str | Path,
+    *,
+    k_max: int | None = None,
+    acceptance: float | None = None,
+    check: bool = True,
+    episodes: int = 2,
+    progress: bool = True,
+) -> tuple[KTable, Fidelity | None]:
+    """:func:`table_from_run` and, with ``check``, :func:`check_fidelity`, whose result goes
+    into the provenance (``fidelity``). The provenance's ``operating_acceptance`` (where the
+    vLLM and TensorRT-LLM exports collapse the table) is ``acceptance`` if given, else the
+    mean acceptance the policy saw in the check, else the profile's mean acceptance."""
+    table = table_from_run(run_dir, k_max=k_max)
+    fidelity = None
+    if check:
+        fidelity = check_fidelity(run_dir, table, episodes=episodes, progress=progress)
+        table.provenance["fidelity"] = fidelity.to_json()
+        if acceptance is None and not np.isnan(fidelity.mean_acceptance):
+            acceptance = round(fidelity.mean_acceptance, 4)
+    if acceptance is None:
+        from specrl.profile import load_profile
+
+        profile_path = table.provenance["profile_path"]
+        acceptance = round(float(np.mean(load_profile(profile_path).mean_acceptance)), 4)
+    table.provenance["operating_acceptance"] = acceptance
+    return table, fidelity
+
+
 # ----------------------------------------------------------------------------- command line
 
 
@@ -290,22 +319,17 @@ def run(args: argparse.Namespace) -> int:
             acceptance = table.provenance.get("operating_acceptance")
         fidelity = None
     else:
-        table = table_from_run(args.run, k_max=args.k_max)
-        fidelity = None
-        if not args.no_check:
-            fidelity = check_fidelity(
-                args.run, table, episodes=args.episodes, progress=not args.no_progress
-            )
+        table, fidelity = checked_table(
+            args.run,
+            k_max=args.k_max,
+            acceptance=acceptance,
+            check=not args.no_check,
+            episodes=args.episodes,
+            progress=not args.no_progress,
+        )
+        acceptance = table.provenance["operating_acceptance"]
+        if fidelity is not None:
             print(fidelity.format())
-            table.provenance["fidelity"] = fidelity.to_json()
-            if acceptance is None and fidelity.mean_acceptance == fidelity.mean_acceptance:
-                acceptance = round(fidelity.mean_acceptance, 4)
-        if acceptance is None:
-            from specrl.profile import load_profile
-
-            profile_path = table.provenance["profile_path"]
-            acceptance = round(float(np.mean(load_profile(profile_path).mean_acceptance)), 4)
-        table.provenance["operating_acceptance"] = acceptance
         if fidelity is not None and not fidelity.passed and not args.force:
             raise SpecrlError(
                 f"the table does not reproduce {args.run}'s policy (match {fidelity.match:.2%},"
