@@ -316,6 +316,21 @@ def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> No
     # Distill from the target exactly as shipped, with its own data stream, so the draft can be
     # retrained from a saved target with the same result (_train_variant does).
     target = _as_saved(target)
+    _distill_and_save(spec, target, tokenizer, fast, texts, tokens, out_dir, seed, progress)
+    _save(target, fast, out_dir / "target")  # after: saving casts the model in place
+    _write_manifest(out_dir, spec, seed=seed, tokens=tokens, started=started)
+
+
+def _save(model, fast, where: Path) -> None:
+    """A model in fp16 safetensors with the tokenizer beside it (``.to`` casts ``model`` in
+    place)."""
+    model.to(torch.float16).save_pretrained(where)
+    fast.save_pretrained(where)
+
+
+def _distill_and_save(spec, target, tokenizer, fast, texts, tokens, out_dir, seed, progress):
+    """Distill ``spec.draft`` from ``target`` (as saved) and write it to ``out_dir/draft``:
+    the same for a pair and for a draft variant."""
     draft = distill_draft(
         spec,
         target,
@@ -324,11 +339,7 @@ def _train_pair(spec: Preset, out_dir: Path, *, seed: int, progress: bool) -> No
         seed=seed,
         progress=progress,
     )
-
-    for role, model in (("target", target), ("draft", draft)):
-        model.to(torch.float16).save_pretrained(out_dir / role)
-        fast.save_pretrained(out_dir / role)
-    _write_manifest(out_dir, spec, seed=seed, tokens=tokens, started=started)
+    _save(draft, fast, out_dir / "draft")
 
 
 def _train_variant(spec: Preset, base_dir: Path, out_dir: Path, *, seed: int, progress: bool):
@@ -351,16 +362,7 @@ def _train_variant(spec: Preset, base_dir: Path, out_dir: Path, *, seed: int, pr
     target = _as_saved(AutoModelForCausalLM.from_pretrained(out_dir / "target"))
     texts = [d.text for d in corpus.training_documents()[:: spec.corpus_stride]]
     tokens = _encode_corpus(tokenizer, texts, progress)
-    draft = distill_draft(
-        spec,
-        target,
-        fast,
-        draft_tokens(spec, tokenizer, texts, tokens),
-        seed=seed,
-        progress=progress,
-    )
-    draft.to(torch.float16).save_pretrained(out_dir / "draft")
-    fast.save_pretrained(out_dir / "draft")
+    _distill_and_save(spec, target, tokenizer, fast, texts, tokens, out_dir, seed, progress)
     _write_manifest(out_dir, spec, seed=seed, tokens=tokens, started=started, base=spec.base)
 
 
