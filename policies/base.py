@@ -14,7 +14,7 @@ import numpy as np
 
 from specrl.envs.base import OBS_NAMES
 from specrl.errors import SpecrlError
-from specrl.features import STALE_STEPS
+from specrl.features import NEVER_MEASURED, STALE_STEPS
 
 BATCH = OBS_NAMES.index("batch")
 ACCEPTANCE = OBS_NAMES.index("acceptance")
@@ -52,14 +52,18 @@ def last_k(row: np.ndarray, k_max: int) -> int:
 
 def since_measured(previous: int, staleness: float, start: bool) -> int:
     """Steps since a step last drafted, from the observation's ``staleness`` and the count
-    kept so far (``previous``). Below 1 the staleness is ``since / STALE_STEPS`` exactly; at 1
-    it saturates, and the count goes on from ``previous`` (or starts at ``STALE_STEPS`` at an
-    episode's start, as the env's tracker does)."""
+    kept so far (``previous``), as the env's :class:`~specrl.features.AcceptanceTracker`
+    counts them. Below 1 the staleness is ``since / STALE_STEPS`` exactly; at 1 it saturates,
+    and the count goes on from ``previous``: :data:`~specrl.features.NEVER_MEASURED` from an
+    episode's start until a step drafts, ``STALE_STEPS`` on the step the estimate goes
+    stale."""
     if staleness < 1.0:
         return int(round(staleness * STALE_STEPS))
-    if start or previous < STALE_STEPS:
+    if start:
+        return NEVER_MEASURED
+    if previous < STALE_STEPS:
         return STALE_STEPS
-    return previous + 1
+    return min(previous + 1, NEVER_MEASURED)
 
 
 def check_int(value, what: str, *, low: int, high: int | None = None) -> int:

@@ -33,7 +33,7 @@ import numpy as np
 
 from specrl.envs.base import OBS_NAMES
 from specrl.errors import SpecrlError
-from specrl.features import STALE_STEPS
+from specrl.features import NEVER_MEASURED
 from specrl.policies.base import KPolicy, _episode_starts, observation_rows, since_measured
 
 POLICY_OBS_NAMES = ("log_batch", "acceptance", "stale")
@@ -44,7 +44,9 @@ after K=0 costs more than its one step: the draft catches up on every token it s
 every row. In the surrogate on steady-128 (2 seeds), K=0 with a probe every 32 steps reached
 0.936x of plain decoding, below K=1 throughout (0.955x); every 256 steps, 0.994x. PPO trained
 with probes every 32 steps never chose K=0. Where the table's stale entry is K > 0 (small
-batches), the estimate is measured at once anyway."""
+batches), the estimate is measured at once anyway. Before any step has drafted (an
+episode's start) the interval counts as passed, so the probe fires on the first step: a
+stale entry of K=0 once held 256 blind steps at each start, 1-4 rows included."""
 _BATCH = OBS_NAMES.index("batch")
 _ACCEPTANCE = OBS_NAMES.index("acceptance")
 _STALENESS = OBS_NAMES.index("staleness")
@@ -151,7 +153,7 @@ class PPOPolicy(KPolicy):
         )
         starts = _episode_starts(episode_start, len(rows))
         if len(self._since) != len(rows):
-            self._since = [STALE_STEPS] * len(rows)
+            self._since = [NEVER_MEASURED] * len(rows)
             starts = np.ones(len(rows), dtype=bool)
         self._since = [
             since_measured(prev, float(row[_STALENESS]), bool(start))

@@ -44,8 +44,9 @@ class LookupController:
     * The estimate stale (no step drafted in :data:`~specrl.features.STALE_STEPS` steps,
       as at the start): the table's ``stale_k``; otherwise K at the estimate's acceptance bin.
     * When that K is 0 and no step has drafted for the probe rule's ``after_steps``
-      steps: the probe's K, so that a step measures acceptance again. The probe repeats
-      until a step reports drafted tokens to :meth:`observe`.
+      steps (or none ever has: the first step probes): the probe's K, so that a step
+      measures acceptance again. The probe repeats until a step reports drafted tokens to
+      :meth:`observe`.
 
     ``context_len`` (the batch's longest row, tokens) picks the context bin of a table that
     has them; None means the first bin. ``step_time_s`` is accepted so that every controller

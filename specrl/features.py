@@ -18,6 +18,10 @@ ACCEPTANCE_EMA = 0.25
 """Weight of the newest step in the acceptance estimate."""
 STALE_STEPS = 32
 """Steps without a drafted token after which the acceptance estimate counts as fully stale."""
+NEVER_MEASURED = 2**31 - 1
+"""``since_measured`` before any step has drafted: at least every probe rule's
+``after_steps`` (:mod:`specrl.table`), so a controller whose table says K=0 at the start
+probes on its first step instead of running blind until the probe interval has passed."""
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 """Rows decoded per step, grouped as comparisons report them (inclusive bounds)."""
 BUCKET_LABELS = tuple(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in BATCH_BUCKETS)
@@ -45,8 +49,8 @@ class AcceptanceTracker:
     * ``estimate``: EMA (weight :data:`ACCEPTANCE_EMA`) of accepted / drafted over the steps
       that drafted, started at the first such step's rate (not at 0, which would read low
       for the first several steps); 0 before it.
-    * ``since_measured``: steps since a step last drafted; starts at :data:`STALE_STEPS`
-      (nothing measured yet counts as fully stale).
+    * ``since_measured``: steps since a step last drafted; :data:`NEVER_MEASURED` until a
+      step has drafted (nothing measured yet is fully stale, and due for a probe).
     * ``last_rate``: accepted / drafted of the last step; 0 when it drafted nothing.
 
     A step with K=0 drafts nothing, so the estimate is not updated but ages: ``staleness``
@@ -60,7 +64,7 @@ class AcceptanceTracker:
 
     def reset(self) -> None:
         self.estimate = 0.0
-        self.since_measured = STALE_STEPS
+        self.since_measured = NEVER_MEASURED
         self.last_rate = 0.0
         self.measured = False
 
@@ -76,7 +80,7 @@ class AcceptanceTracker:
             self.since_measured = 0
             self.last_rate = rate
         else:
-            self.since_measured += 1
+            self.since_measured = min(self.since_measured + 1, NEVER_MEASURED)
             self.last_rate = 0.0
 
     @property

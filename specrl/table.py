@@ -44,6 +44,8 @@ Fields:
   estimate is measured again instead of going blind. With ``N = STALE_STEPS`` (the default
   of :func:`specrl.export.table_from_policy`) the probe fires exactly when the estimate
   becomes fully stale, the moment ``stale_k`` takes over; so a ``stale_k`` of 0 still probes.
+  Before any step has drafted (the start) the interval counts as passed
+  (:data:`~specrl.features.NEVER_MEASURED`): K=0 on the first step probes at once.
 * ``provenance``: where the table came from; the keys of :data:`PROVENANCE_KEYS` are
   required (more are allowed). :meth:`LookupController.load
   <specrl.controller.LookupController.load>` compares ``profile_fingerprint`` with the

@@ -120,7 +120,7 @@ def test_lookup_policy_acts_as_the_controller_driven_by_hand(run_dir, tmp_path):
         if done:
             break
     assert ks.count(2) >= 2 and set(ks) == {0, 2}
-    assert ks.index(2) == 40 - 32  # the count starts fully stale, at 32
+    assert ks[:42] == [2] + [0] * 40 + [2]  # nothing measured yet: the first step probes
 
 
 def test_compare_runs_lookup_and_ppo_by_name(run_dir, tmp_path):
@@ -135,8 +135,19 @@ def test_compare_runs_lookup_and_ppo_by_name(run_dir, tmp_path):
     from specrl.envs.rollout import run_episode
 
     a, b = run_episode(env, lookup, seed=5), run_episode(env, ppo, seed=5)
-    assert a.tokens == b.tokens
-    assert np.mean(np.asarray(a.step_k) == np.asarray(b.step_k)) >= 0.95
+    assert a.tokens == b.tokens > 0  # every request commits its max_new_tokens
+    # Both read the same observations: the table picks the policy's K on (almost) every one
+    # of the policy's own states; one step apart reshuffles the draws, so the two episodes
+    # are not compared step by step.
+    obs, _ = env.reset(seed=5)
+    done, start, same, steps = False, True, 0, 0
+    while not done:
+        first = np.array([start])
+        k, _ = ppo.predict(obs, episode_start=first)
+        same += int(lookup.predict(obs, episode_start=first)[0] == k)
+        obs, _, done, _, _ = env.step(k)
+        start, steps = False, steps + 1
+    assert same / steps >= 0.95
     with pytest.raises(SpecrlError, match="drafts up to K=4 but the env's k_max is 2"):
         LookupPolicy(out, max_batch=8, k_max=2)
 

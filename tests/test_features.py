@@ -10,6 +10,7 @@ import pytest
 from specrl.features import (
     ACCEPTANCE_EMA,
     BUCKET_LABELS,
+    NEVER_MEASURED,
     STALE_STEPS,
     AcceptanceTracker,
     batch_bucket,
@@ -37,6 +38,7 @@ def test_features_module_imports_no_numpy_torch_or_gymnasium():
 def test_tracker_starts_at_the_first_rate_then_averages_and_ages():
     t = AcceptanceTracker()
     assert (t.estimate, t.staleness, t.last_rate) == (0.0, 1.0, 0.0)
+    assert t.since_measured == NEVER_MEASURED  # never measured: due for any probe
     t.observe(8, 4)
     assert (t.estimate, t.since_measured, t.last_rate) == (0.5, 0, 0.5)
     t.observe(8, 8)

@@ -18,7 +18,7 @@ import specrl.controller
 from specrl.controller import HARD_FINGERPRINT_KEYS, LookupController
 from specrl.errors import SpecrlError
 from specrl.export import export_file, table_from_policy, to_trtllm, to_vllm
-from specrl.features import STALE_STEPS, AcceptanceTracker
+from specrl.features import NEVER_MEASURED, STALE_STEPS, AcceptanceTracker
 from specrl.table import KTable, load_table, table_from_json
 
 FINGERPRINT = {"device": "cpu: test x2", "target_sha256": "aa", "draft_sha256": "bb", "k_max": 4}
@@ -360,6 +360,25 @@ def test_k0_table_probes_then_measures_again():
     assert controller.choose_k(10) == 2
     controller.observe(0, 0)  # the engine drafted nothing after all: probe again
     assert controller.choose_k(10) == 2
+
+
+def test_long_probe_interval_still_probes_on_the_first_step():
+    """Nothing measured yet counts as past any probe interval: a table that says K=0 when
+    stale does not run 256 blind steps at the start, then waits the full interval."""
+    obj = plain_json()
+    obj["stale_k"] = [0, 0, 0]
+    obj["probe"] = {"after_steps": 256, "k": 1}
+    controller = LookupController(table_from_json(obj))
+    assert controller.tracker.since_measured == NEVER_MEASURED
+    assert controller.choose_k(12) == 1  # stale_k is 0 at 9-16 rows: the probe instead
+    controller.observe(12, 0)  # measured: acceptance 0, K=0 at 9-16 rows
+    ks = [controller.choose_k(12)]
+    while ks[-1] == 0:
+        controller.observe(0, 0)
+        ks.append(controller.choose_k(12))
+    assert ks == [0] * 256 + [1]  # then the interval runs in full
+    controller.reset()
+    assert controller.choose_k(12) == 1  # a reset forgets what was measured: probe again
 
 
 def test_default_probe_fires_when_the_estimate_goes_stale():

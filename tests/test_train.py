@@ -22,7 +22,6 @@ from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
-from specrl.features import STALE_STEPS
 from specrl.policies.ppo import PROBE
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
@@ -138,20 +137,19 @@ def test_training_env_centres_each_step_at_the_rate_reached_at_its_batch_size(pr
 
 def test_training_env_probes_when_k0_has_not_drafted_for_the_probe_interval(profile_path):
     """K=0 after ``PROBE["after_steps"]`` steps without drafting runs the probe's K, as the
-    exported table's controller does; before that K=0 is K=0. The count starts at
-    STALE_STEPS (nothing measured yet counts as fully stale)."""
+    exported table's controller does; before that K=0 is K=0. Nothing measured yet counts as
+    past the interval: the first step probes."""
     config = tiny(Path("unused"), profile_path, workloads=("steady-8",), n_requests=400)
     env = make_training_env(config, linear_profile())
     obs, _ = env.reset(seed=0)
     assert obs[2] == 1.0 and obs[1] == 0.0  # stale: acceptance reads 0
     ks = []
-    first = PROBE["after_steps"] - STALE_STEPS
-    for _ in range(first + 1 + PROBE["after_steps"] + 1):
+    for _ in range(2 * (PROBE["after_steps"] + 1)):
         obs, *_, info = env.step(0)
         ks.append(info["k"])
         assert not obs[2] or info["k"] == 0  # a probe leaves the estimate fresh
     probe = [PROBE["k"]]
-    assert ks == [0] * first + probe + [0] * PROBE["after_steps"] + probe
+    assert ks == (probe + [0] * PROBE["after_steps"]) * 2
 
 
 def test_catchup_shaping_adds_the_discounted_change_of_the_debt_potential(profile_path):

@@ -196,9 +196,10 @@ def check_fidelity(
         for s in seeds:
             shadow = LookupController(table)
             obs, _ = env.reset(seed=s)
-            done = False
+            done, start = False, True
             while not done:
-                k, _ = policy.predict(obs)
+                k, _ = policy.predict(obs, episode_start=np.array([start]))
+                start = False
                 rows = env.unwrapped._batch_ahead()
                 if rows > 0:
                     mine["states"] += 1
