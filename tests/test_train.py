@@ -22,7 +22,7 @@ from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
-from specrl.policies.ppo import PROBE
+from specrl.policies.ppo import PROBE, policy_observation
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
 from specrl.train.run import (
@@ -133,6 +133,26 @@ def test_training_env_centres_each_step_at_the_rate_reached_at_its_batch_size(pr
         assert obs[0] == pytest.approx(np.log(max(round(full[0] * 8), 1)) / np.log(8))
         assert obs[1] == pytest.approx(full[2]) and obs[2] == 0.0
     assert env.env_seconds > 0
+
+
+def test_training_env_observation_is_policy_observation_of_the_envs_own(profile_path):
+    """The training env computes its three entries straight from its state; they must equal
+    ``policy_observation`` of the full observation exactly, fresh and stale."""
+    config = tiny(Path("unused"), profile_path, workloads=("ramp",), n_requests=24)
+    env = make_training_env(config, linear_profile())
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=1)
+    seen_stale = seen_fresh = 0
+    for step in range(2000):
+        want = policy_observation(SurrogateSpecEnv._get_obs(env), config.max_batch)
+        assert obs.dtype == want.dtype and obs.tolist() == want.tolist()
+        seen_stale += int(obs[2] == 1.0)
+        seen_fresh += int(obs[2] == 0.0)
+        k = 0 if (step // 50) % 2 else int(rng.integers(1, 5))  # 50-step stretches of K=0
+        obs, _, done, _, _ = env.step(k)
+        if done:
+            obs, _ = env.reset()
+    assert seen_stale > 100 and seen_fresh > 100
 
 
 def test_training_env_probes_when_k0_has_not_drafted_for_the_probe_interval(profile_path):

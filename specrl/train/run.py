@@ -26,9 +26,16 @@ from specrl.compare import best_static, summarize
 from specrl.envs.rollout import run_episode
 from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError
+from specrl.features import STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
 from specrl.policies import make_policy
-from specrl.policies.ppo import POLICY_OBS_NAMES, PPOPolicy, apply_probe, policy_observation
+from specrl.policies.ppo import (
+    POLICY_OBS_NAMES,
+    PPOPolicy,
+    apply_probe,
+    features,
+    policy_observation,
+)
 from specrl.profile import Profile, load_profile
 from specrl.train.config import (
     BEST_MODEL_FILE,
@@ -187,6 +194,8 @@ class TrainingEnv(SurrogateSpecEnv):
         self._last_potential = 0.0
         self._workload_index = 0
         self.env_seconds = 0.0
+        batches = np.arange(max_batch + 1)
+        self._log_batch = features(batches, batches * 0.0, batches < 0, max_batch)[:, 0]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         start = time.perf_counter()
@@ -219,7 +228,15 @@ class TrainingEnv(SurrogateSpecEnv):
         return obs, float(reward), terminated, truncated, info
 
     def _get_obs(self) -> np.ndarray:
-        return policy_observation(super()._get_obs(), self.max_batch)
+        """``policy_observation`` of the env's observation, computed straight from the state
+        (on the hot path of training; a test checks the two are equal)."""
+        tracker = self._tracker
+        stale = tracker.since_measured >= STALE_STEPS
+        obs = np.empty(3, dtype=np.float32)
+        obs[0] = self._log_batch[min(max(self._batch_ahead(), 1), self.max_batch)]
+        obs[1] = 0.0 if stale else tracker.estimate
+        obs[2] = 1.0 if stale else 0.0
+        return obs
 
     def _potential(self) -> float:
         """``-rho(B) / B`` times the seconds of the catch-up the running rows owe the draft
