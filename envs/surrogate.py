@@ -16,7 +16,7 @@ from specrl.errors import SpecrlError
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import DOMAINS, temperature_band
+from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
 _warned_default_hardware = False
@@ -110,7 +110,12 @@ class SurrogateSpecEnv(SpecEnvBase):
                 f"k_max={k_max} is larger than the profile's k_max ({prof.k_max}); measure a "
                 f"profile with `specrl profile --k-max {k_max}` or lower k_max"
             )
-        self._groups = [(d, b) for d in DOMAINS if d in prof.acceptance for b in prof.bands]
+        # The profile's domains: the held-out corpus's, or those of the prompts file it was
+        # measured on, whose preset workloads then draw those domains and bands.
+        domains = [d for d in DOMAINS if d in prof.acceptance]
+        domains += [d for d in prof.acceptance if d not in DOMAINS]
+        self._groups = [(d, b) for d in domains for b in prof.bands]
+        workload_kwargs = {**profile_workload_kwargs(prof.meta), **(workload_kwargs or {})}
         self._group_index = {g: i for i, g in enumerate(self._groups)}
         super().__init__(
             workload=workload,

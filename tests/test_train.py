@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from specrl.errors import SpecrlError
 from specrl.policies.ppo import PROBE, policy_observation
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
+from specrl.train.export import check_fidelity, table_from_run
 from specrl.train.run import (
     RateReference,
     TrainingEnv,
@@ -32,6 +34,7 @@ from specrl.train.run import (
     new_reference,
     profile_reference,
 )
+from specrl.workload import preset_trace, temperature_band
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -585,3 +588,61 @@ def test_compare_runs_a_trained_run_by_name(finished_run, profile_path):
     assert [r.policy for r in report.results] == ["off", "ppo"]
     tokens = {sum(e.tokens for e in r.episodes) for r in report.results}
     assert len(tokens) == 1
+
+
+def user_domain_profile():
+    """The linear profile as if measured on a prompts file with the domains ``sql`` (2 greedy
+    prompts, 1 at temperature 1) and ``user`` (1 chat prompt): code's acceptance as sql's,
+    prose's as user's."""
+    prof = linear_profile()
+    rename = {"code": "sql", "prose": "user"}
+
+    def renamed(by_domain):
+        return {rename[d]: v for d, v in by_domain.items() if d in rename}
+
+    prof.acceptance = renamed(prof.acceptance)
+    prof.acceptance_counts = renamed(prof.acceptance_counts)
+    prof.request_levels = renamed(prof.request_levels)
+    prof.acceptance_by_output = {
+        **prof.acceptance_by_output,
+        "rates": renamed(prof.acceptance_by_output["rates"]),
+    }
+    prof.meta["prompts"] = {
+        "file": "mine.jsonl",
+        "sha256": "0" * 64,
+        "count": 4,
+        "domains": ["sql", "user"],
+    }
+    prof.meta["prompt_counts"] = {
+        "sql": {"greedy": 2, "chat": 0, "default": 1},
+        "user": {"greedy": 0, "chat": 1, "default": 0},
+    }
+    return prof
+
+
+def test_a_profile_of_your_prompts_trains_on_its_domains_and_bands(tmp_path):
+    """A profile measured with --prompts has the file's domains: the surrogate's preset
+    workloads draw those, in the shares of the file's prompts (domains and bands drawn
+    independently), and ``specrl train`` and ``export`` run on it."""
+    path = tmp_path / "mine.json"
+    user_domain_profile().save(path)
+    env = SurrogateSpecEnv(profile=path, workload="mixed", workload_kwargs={"n_requests": 4000})
+    env.reset(seed=0)
+    requests = env.trace.requests
+    domains = Counter(r.domain for r in requests)
+    bands = Counter(temperature_band(r.temperature) for r in requests)
+    assert set(domains) == {"sql", "user"} and set(bands) == {"greedy", "chat", "default"}
+    assert domains["sql"] / len(requests) == pytest.approx(3 / 4, abs=0.03)
+    assert bands["greedy"] / len(requests) == pytest.approx(2 / 4, abs=0.03)
+    assert env.trace.prompts["domains"] == ["sql", "user"]
+    # The stdlib presets' domains are not in this profile: asked for by name, refused.
+    code = preset_trace("steady-2", seed=0, n_requests=4, peak=8, domains={"code": 1.0})
+    with pytest.raises(SpecrlError, match=r"\('code', 'greedy'\).*no acceptance for"):
+        env.reset(options={"trace": code})
+
+    run_dir = tmp_path / "run"
+    train(tiny(run_dir, path), progress=False)
+    table = table_from_run(run_dir)
+    assert table.provenance["profile_fingerprint"] == linear_profile().fingerprint
+    fidelity = check_fidelity(run_dir, table, episodes=1, progress=False)
+    assert fidelity.states > 0

@@ -215,6 +215,15 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, tmp_path, cap
     }
     for by_band in profile.acceptance_counts.values():
         assert all(c["drafted_per_position"][0] > 0 for c in by_band.values())
+    # The surrogate (and so `specrl train`) runs its presets on the file's domains and bands.
+    from specrl.envs import SurrogateSpecEnv
+
+    env = SurrogateSpecEnv(profile=out, workload="ramp", max_batch=8)
+    env.reset(seed=0)
+    assert {r.domain for r in env.trace.requests} == {"sql", "user"}
+    done = False
+    while not done:
+        *_, done, _, _ = env.step(2)
     capsys.readouterr()
     assert main(["profile", "--show", str(out)]) == 0
     assert f"target {target}, draft {draft}; acceptance on {prompts}" in capsys.readouterr().out

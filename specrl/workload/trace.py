@@ -324,17 +324,20 @@ def make_trace(
     prompt_lengths: LengthDist | None = None,
     output_lengths: LengthDist | None = None,
     stream_len: int = 1 << 20,
+    prompts: dict | None = None,
 ) -> Trace:
     """Draw a trace. ``load`` is ``{"kind": "closed", "schedule": ...}`` or
     ``{"kind": "open", "rate_per_s": r}``; for open loop, arrivals are a Poisson process.
-    ``domains`` (over :data:`DOMAINS`) and ``sampling`` (over :data:`SAMPLING_CONFIGS`) are
-    mixes, or functions of the request's place in the trace (0 to 1) returning one."""
+    ``domains`` (over :data:`DOMAINS`, or over the domains of ``prompts``, a prompts file's
+    record) and ``sampling`` (over :data:`SAMPLING_CONFIGS`) are mixes, or functions of the
+    request's place in the trace (0 to 1) returning one."""
     if n_requests < 1:
         raise SpecrlError(f"trace {name!r}: need n_requests >= 1")
+    names = known_domains(prompts, f"trace {name!r}.prompts")
     rng = np.random.default_rng(seed)
     prompt_lengths = prompt_lengths or DEFAULT_PROMPT_LENGTHS
     output_lengths = output_lengths or DEFAULT_OUTPUT_LENGTHS
-    dom = _draw(rng, domains or {d: 1 / 3 for d in DOMAINS}, DOMAINS, n_requests, "domain")
+    dom = _draw(rng, domains or {d: 1 / len(names) for d in names}, names, n_requests, "domain")
     offsets = rng.integers(0, stream_len, size=n_requests)
     plen = prompt_lengths.sample(rng, n_requests)
     olen = output_lengths.sample(rng, n_requests)
@@ -346,7 +349,7 @@ def make_trace(
         arrivals = [round(float(t), 6) for t in np.cumsum(gaps)]
     requests = [
         Request(
-            DOMAINS[dom[i]],
+            names[dom[i]],
             int(offsets[i]),
             int(plen[i]),
             int(olen[i]),
@@ -358,12 +361,13 @@ def make_trace(
     trace = Trace(
         name=name,
         seed=seed,
-        domains={d: float(np.mean(dom == i)) for i, d in enumerate(DOMAINS)},
+        domains={d: float(np.mean(dom == i)) for i, d in enumerate(names)},
         load=load,
         prompt_lengths=prompt_lengths,
         output_lengths=output_lengths,
         requests=requests[:1],
         sampling={c: float(np.mean(samp == i)) for i, c in enumerate(configs)},
+        prompts=None if prompts is None else dict(prompts),
     )
     # Validated as a file would be, with one request: the others are drawn as it was (known
     # domains and settings, lengths clipped to validated bounds, arrivals a cumulative sum),
@@ -371,6 +375,26 @@ def make_trace(
     trace = trace_from_json(trace.to_json(), source=f"trace {name!r}")
     trace.requests = requests
     return trace
+
+
+def profile_workload_kwargs(meta: Mapping) -> dict:
+    """Preset-workload arguments that fit a profile measured on a prompts file (its ``meta``
+    has ``prompts`` and ``prompt_counts[domain][band]``): the file's domains and temperature
+    bands, each in the share of the file's prompts that fell in it, drawn independently, and
+    the file's record (so the trace may name its domains). Load pattern and lengths stay the
+    preset's. ``{}`` for a profile of the held-out corpus: presets draw its domains as
+    they are."""
+    record = meta.get("prompts") if isinstance(meta, Mapping) else None
+    if record is None:
+        return {}
+    counts = meta.get("prompt_counts") or {}
+    domains = {d: float(sum(counts.get(d, {}).values())) for d in record["domains"]}
+    bands = {b: float(sum(c.get(b, 0) for c in counts.values())) for b in SAMPLING_CONFIGS}
+    return {
+        "prompts": dict(record),
+        "domains": domains if sum(domains.values()) > 0 else None,
+        "sampling": {b: w for b, w in bands.items() if w > 0} or None,
+    }
 
 
 def _blend(a: Mix, b: Mix, w: float) -> dict[str, float]:
