@@ -8,7 +8,7 @@ from specrl.envs.base import Served, SpecEnvBase
 from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import check_compatible, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import resolve_prompt
+from specrl.workload import profile_workload_kwargs, resolve_prompt
 
 
 class LiveSpecEnv(SpecEnvBase):
@@ -136,7 +136,12 @@ class LiveSpecEnv(SpecEnvBase):
                 "lower max_len"
             )
         if reference_tokens_per_s is None:
-            reference_tokens_per_s = self._profile_for(profile, force_profile, check_profile, k_max)
+            prof = self._profile_for(
+                profile, force_profile, check_profile, k_max, streams=streams is not None
+            )
+            reference_tokens_per_s = prof.plain_decode_tokens_per_s
+            if prof.meta.get("prompts") is not None:  # with its streams: presets draw its domains
+                workload_kwargs = {**profile_workload_kwargs(prof.meta), **(workload_kwargs or {})}
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -152,7 +157,9 @@ class LiveSpecEnv(SpecEnvBase):
         self.streams = streams
         self.engine = None
 
-    def _profile_for(self, profile, force: bool, check: bool, k_max: int) -> float:
+    def _profile_for(
+        self, profile, force: bool, check: bool, k_max: int, *, streams: bool
+    ) -> Profile:
         if isinstance(profile, Profile):
             prof, source = profile, "profile"
         else:
@@ -161,6 +168,15 @@ class LiveSpecEnv(SpecEnvBase):
 
                 profile = default_profile_path()
             prof, source = load_profile(profile), str(profile)
+        record = prof.meta.get("prompts")
+        if record is not None and not streams:
+            raise SpecrlError(
+                f"{source} was measured on the prompts file {record.get('file')!r} (domains "
+                f"{record.get('domains')}); the live env serves the held-out corpus, whose "
+                "acceptance that profile does not hold. Use a profile measured without "
+                "--prompts for live runs (`specrl profile --out P.json`), or from Python pass "
+                "streams=tokenize_prompts(prompts, tokenizer).streams"
+            )
         check_compatible(
             prof,
             pair_fingerprint(self.pair, k_max=k_max, device=self.device),
@@ -171,7 +187,7 @@ class LiveSpecEnv(SpecEnvBase):
             from specrl.profile.freshness import enforce_freshness
 
             enforce_freshness(prof, self.pair, device=self.device, force=force, source=source)
-        return prof.plain_decode_tokens_per_s
+        return prof
 
     # ------------------------------------------------------------------ the real server
 

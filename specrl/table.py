@@ -65,7 +65,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.features import STALE_STEPS
+from specrl.features import NEVER_MEASURED, STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
 
 TABLE_FORMAT = "specrl-k-table"
@@ -400,7 +400,7 @@ def _validate(table: KTable, source: str) -> None:
         table.probe["after_steps"],
         f"{where}.after_steps",
         1,
-        2**31 - 1,
+        NEVER_MEASURED,
         "steps without drafting before a probe",
     )
     _int_field(table.probe["k"], f"{where}.k", 1, k_max, "K of a probing step")

@@ -23,7 +23,7 @@ from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
-from specrl.policies.ppo import PROBE, policy_observation
+from specrl.policies.ppo import PROBE, apply_probe, policy_observation
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
 from specrl.train.export import check_fidelity, table_from_run
@@ -34,7 +34,7 @@ from specrl.train.run import (
     new_reference,
     profile_reference,
 )
-from specrl.workload import preset_trace, temperature_band
+from specrl.workload import preset_trace, profile_workload_kwargs, temperature_band
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -646,3 +646,68 @@ def test_a_profile_of_your_prompts_trains_on_its_domains_and_bands(tmp_path):
     assert table.provenance["profile_fingerprint"] == linear_profile().fingerprint
     fidelity = check_fidelity(run_dir, table, episodes=1, progress=False)
     assert fidelity.states > 0
+
+
+def test_ppo_policy_probes_on_the_first_step_then_after_the_interval():
+    """A network that always says K=0: the policy probes on an episode's first step (nothing
+    measured yet), plays 0 while the estimate is fresh and while it ages, and probes again
+    once ``PROBE["after_steps"]`` steps have passed without drafting."""
+    from gymnasium import spaces
+
+    from specrl.envs.base import OBS_NAMES
+    from specrl.features import STALE_STEPS
+    from specrl.policies.ppo import PPOPolicy
+
+    class AlwaysOff:
+        observation_space = spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
+        action_space = spaces.Discrete(5)
+
+        def predict(self, obs, deterministic=True):
+            return np.zeros(len(obs), dtype=np.int64), None
+
+    policy = PPOPolicy(AlwaysOff(), max_batch=128)
+    staleness = OBS_NAMES.index("staleness")
+
+    def obs(since: int) -> np.ndarray:
+        row = np.zeros(len(OBS_NAMES), dtype=np.float32)
+        row[0] = 64 / 128
+        row[staleness] = min(1.0, since / STALE_STEPS)
+        return row
+
+    assert policy.predict(obs(STALE_STEPS), episode_start=np.array([True]))[0] == PROBE["k"]
+    ks = [int(policy.predict(obs(0), episode_start=np.array([False]))[0])]  # probe measured
+    since = 0
+    while ks[-1] == 0 and len(ks) < 1000:
+        since += 1
+        ks.append(int(policy.predict(obs(since), episode_start=np.array([False]))[0]))
+    assert ks == [0] * PROBE["after_steps"] + [PROBE["k"]]
+    # A new episode: nothing measured again, whatever the count was.
+    assert policy.predict(obs(STALE_STEPS), episode_start=np.array([True]))[0] == PROBE["k"]
+
+
+def test_apply_probe_int_path_matches_the_array_path():
+    for k in range(5):
+        for since in (0, 31, 32, PROBE["after_steps"] - 1, PROBE["after_steps"], 2**31 - 1):
+            want = int(apply_probe(np.array([k]), np.array([since]))[0])
+            assert apply_probe(k, since) == want
+
+
+def test_profile_workload_kwargs():
+    """{} for a held-out-corpus profile; the file's domain and band shares otherwise, which a
+    caller's own workload_kwargs override; malformed counts are refused naming the field."""
+    assert profile_workload_kwargs(linear_profile().meta) == {}
+    meta = user_domain_profile().meta
+    kwargs = profile_workload_kwargs(meta)
+    assert kwargs["domains"] == {"sql": 3.0, "user": 1.0}
+    assert kwargs["sampling"] == {"greedy": 2.0, "chat": 1.0, "default": 1.0}
+    assert kwargs["prompts"] == meta["prompts"] and kwargs["prompts"] is not meta["prompts"]
+    env = SurrogateSpecEnv(
+        profile=user_domain_profile(),
+        workload="steady-8",
+        workload_kwargs={"n_requests": 50, "domains": {"user": 1.0}},
+    )
+    env.reset(seed=0)
+    assert {r.domain for r in env.trace.requests} == {"user"}
+    bad = {**meta, "prompt_counts": {"sql": 3}}
+    with pytest.raises(SpecrlError, match="meta.prompt_counts"):
+        profile_workload_kwargs(bad)

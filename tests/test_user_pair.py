@@ -195,7 +195,7 @@ def test_device_cuda_without_a_gpu_fails_before_any_model_loads(tmp_path, capsys
     require_device("cpu")
 
 
-def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, tmp_path, capsys):
+def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, micro_pair, tmp_path, capsys):
     target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
     prompts = _write(tmp_path, _jsonl(PROMPTS))
     out = tmp_path / "mine.json"
@@ -224,6 +224,12 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, tmp_path, cap
     done = False
     while not done:
         *_, done, _, _ = env.step(2)
+    # The live env serves the held-out corpus: a profile of your prompts is refused there,
+    # before any timing, unless your prompts' token streams are given.
+    from specrl.envs import LiveSpecEnv
+
+    with pytest.raises(SpecrlError, match="measured on the prompts file .* without --prompts"):
+        LiveSpecEnv(pair=micro_pair, profile=out, k_max=2, max_batch=8)
     capsys.readouterr()
     assert main(["profile", "--show", str(out)]) == 0
     assert f"target {target}, draft {draft}; acceptance on {prompts}" in capsys.readouterr().out

@@ -21,6 +21,7 @@ from specrl.workload import (
     resolve_prompt,
 )
 from specrl.workload.prompts import token_streams
+from specrl.workload.trace import trace_from_json
 
 
 def test_domains_match_the_corpus():
@@ -218,3 +219,13 @@ def test_mixed_preset_shifts_domain_and_sampling_with_the_load():
     assert max(c for _, c in trace.load["schedule"]) == 128
     assert mixed_day(0.5)[0]["code"] == pytest.approx(0.6)
     assert mixed_day(0.0)[1]["greedy"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("preset", [*PRESETS, "steady-3"])
+def test_generated_traces_equal_their_full_round_trip(preset):
+    """make_trace checks one request through the file validator and keeps the rest as drawn:
+    the trace must equal what validating every request gives."""
+    for seed in (0, 1):
+        trace = preset_trace(preset, seed=seed)
+        again = trace_from_json(json.loads(json.dumps(trace.to_json())))
+        assert again.to_json() == trace.to_json() and again.requests == trace.requests

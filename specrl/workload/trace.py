@@ -37,6 +37,7 @@ Load patterns (``Trace.load``):
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -367,7 +368,7 @@ def make_trace(
         output_lengths=output_lengths,
         requests=requests[:1],
         sampling={c: float(np.mean(samp == i)) for i, c in enumerate(configs)},
-        prompts=None if prompts is None else dict(prompts),
+        prompts=None if prompts is None else copy.deepcopy(dict(prompts)),
     )
     # Validated as a file would be, with one request: the others are drawn as it was (known
     # domains and settings, lengths clipped to validated bounds, arrivals a cumulative sum),
@@ -388,10 +389,20 @@ def profile_workload_kwargs(meta: Mapping) -> dict:
     if record is None:
         return {}
     counts = meta.get("prompt_counts") or {}
+    ok = isinstance(counts, Mapping) and all(
+        isinstance(c, Mapping)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in c.values())
+        for c in counts.values()
+    )
+    if not ok:
+        raise SpecrlError(
+            "profile field 'meta.prompt_counts': expected {domain: {band: count}} with "
+            f"counts >= 0, got {counts!r}; re-measure with `specrl profile --prompts`"
+        )
     domains = {d: float(sum(counts.get(d, {}).values())) for d in record["domains"]}
     bands = {b: float(sum(c.get(b, 0) for c in counts.values())) for b in SAMPLING_CONFIGS}
     return {
-        "prompts": dict(record),
+        "prompts": copy.deepcopy(dict(record)),
         "domains": domains if sum(domains.values()) > 0 else None,
         "sampling": {b: w for b, w in bands.items() if w > 0} or None,
     }
@@ -424,7 +435,10 @@ def preset_trace(
     preset: str, seed: int = 0, n_requests: int | None = None, peak: int = 64, **kwargs
 ) -> Trace:
     """A named workload. ``peak`` caps the concurrency of every closed-loop pattern;
-    ``kwargs`` go to :func:`make_trace` (domains, sampling, prompt_lengths, output_lengths)."""
+    ``kwargs`` go to :func:`make_trace` (domains, sampling, prompt_lengths, output_lengths,
+    prompts). With ``prompts`` (a prompts file's record) and no mix given, domains are drawn
+    uniformly from the file's and sampling from the default mix; ``mixed`` then keeps its
+    load but not its shift of domains and sampling over the day."""
     if not is_preset(preset):
         raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if preset.startswith("steady-"):
@@ -443,8 +457,9 @@ def preset_trace(
     elif preset == "mixed":
         n = n_requests or 4 * peak
         load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
-        kwargs.setdefault("domains", lambda f: mixed_day(f)[0])
-        kwargs.setdefault("sampling", lambda f: mixed_day(f)[1])
+        if kwargs.get("prompts") is None:  # a prompts file's domains have no day shift
+            kwargs.setdefault("domains", lambda f: mixed_day(f)[0])
+            kwargs.setdefault("sampling", lambda f: mixed_day(f)[1])
     else:
         n = n_requests or 64
         load = {"kind": "open", "rate_per_s": kwargs.pop("rate_per_s", 8.0)}
