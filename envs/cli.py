@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from specrl.errors import SpecrlError
+
 SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
 SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
 """(preset, requests, peak): a sampled mixed day, and two steady loads at both ends of the
@@ -85,6 +87,14 @@ def validate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     specs = parse_policies(args.policies)
     traces = _traces(args)
+    if not args.measure:
+        record = load_profile(args.profile).meta.get("prompts")
+        if record is not None:  # refused before the pair loads
+            raise SpecrlError(
+                f"{args.profile} was measured on the prompts file {record.get('file')!r}; "
+                "validate-surrogate serves the held-out corpus live, whose acceptance that "
+                "profile does not hold: validate a profile measured without --prompts"
+            )
     pair = load_default_pair(args.preset, device=args.device)
     profile = None
     if not args.measure:

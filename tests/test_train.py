@@ -711,3 +711,16 @@ def test_profile_workload_kwargs():
     bad = {**meta, "prompt_counts": {"sql": 3}}
     with pytest.raises(SpecrlError, match="meta.prompt_counts"):
         profile_workload_kwargs(bad)
+
+
+def test_validate_surrogate_refuses_a_profile_of_your_prompts(tmp_path, capsys):
+    """validate-surrogate serves the held-out corpus live: a --prompts profile is refused,
+    naming it, before the pair loads."""
+    from specrl.cli import main
+
+    path = tmp_path / "mine.json"
+    user_domain_profile().save(path)
+    assert main(["validate-surrogate", "--profile", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert f"{path} was measured on the prompts file 'mine.jsonl'" in err
+    assert "without --prompts" in err
