@@ -78,7 +78,10 @@ class SurrogateSpecEnv(SpecEnvBase):
     * ``profile`` (path or :class:`~specrl.profile.Profile`): default: the profile shipped
       with specrl (the default pair on a 2-core CPU; a warning once when this machine differs).
     * ``workload``, ``workload_kwargs``, ``max_batch``, ``max_len``,
-      ``reference_tokens_per_s``: as for :class:`LiveSpecEnv`.
+      ``reference_tokens_per_s``: as for :class:`LiveSpecEnv`. For a profile measured on a
+      prompts file, ``workload_kwargs`` start from
+      :func:`~specrl.workload.profile_workload_kwargs` (the file's domains and bands in its
+      prompt shares); keys given override them.
     * ``k_max``: largest K; default: the profile's; larger than the profile's is an error.
 
     ## The oracle
