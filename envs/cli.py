@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from specrl.errors import SpecrlError
-
 SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
 SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
 """(preset, requests, peak): a sampled mixed day, and two steady loads at both ends of the
@@ -76,6 +74,7 @@ def validate(args: argparse.Namespace) -> int:
     import json
 
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
+    from specrl.envs.live import refuse_prompts_profile
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
     from specrl.models.pair import load_default_pair
     from specrl.policies.registry import make_policy, parse_policies
@@ -87,21 +86,15 @@ def validate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     specs = parse_policies(args.policies)
     traces = _traces(args)
-    if not args.measure:
-        record = load_profile(args.profile).meta.get("prompts")
-        if record is not None:  # refused before the pair loads
-            raise SpecrlError(
-                f"{args.profile} was measured on the prompts file {record.get('file')!r}; "
-                "validate-surrogate serves the held-out corpus live, whose acceptance that "
-                "profile does not hold: validate a profile measured without --prompts"
-            )
-    pair = load_default_pair(args.preset, device=args.device)
     profile = None
     if not args.measure:
+        profile = load_profile(args.profile)
+        refuse_prompts_profile(profile, args.profile)  # before the pair loads
+    pair = load_default_pair(args.preset, device=args.device)
+    if profile is not None:
         from specrl.profile import check_compatible, pair_fingerprint
         from specrl.profile.freshness import enforce_freshness
 
-        profile = load_profile(args.profile)
         fp = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
         check_compatible(profile, fp, force=args.force, source=args.profile)
         report = enforce_freshness(

@@ -11,6 +11,19 @@ from specrl.profile.schema import Profile, load_profile
 from specrl.workload import profile_workload_kwargs, resolve_prompt
 
 
+def refuse_prompts_profile(profile: Profile, source: str, hint: str = "") -> None:
+    """A :class:`SpecrlError` if ``profile`` was measured on a prompts file: live runs serve
+    the held-out corpus, whose acceptance such a profile does not hold."""
+    record = profile.meta.get("prompts")
+    if record is not None:
+        raise SpecrlError(
+            f"{source} was measured on the prompts file {record.get('file')!r} (domains "
+            f"{record.get('domains')}); the live env serves the held-out corpus, whose "
+            "acceptance that profile does not hold. Use a profile measured without --prompts "
+            f"for live runs (`specrl profile --out P.json`){hint}"
+        )
+
+
 class LiveSpecEnv(SpecEnvBase):
     """Serve a workload with the real speculative decoding engine, choosing K every step.
 
@@ -168,14 +181,11 @@ class LiveSpecEnv(SpecEnvBase):
 
                 profile = default_profile_path()
             prof, source = load_profile(profile), str(profile)
-        record = prof.meta.get("prompts")
-        if record is not None and not streams:
-            raise SpecrlError(
-                f"{source} was measured on the prompts file {record.get('file')!r} (domains "
-                f"{record.get('domains')}); the live env serves the held-out corpus, whose "
-                "acceptance that profile does not hold. Use a profile measured without "
-                "--prompts for live runs (`specrl profile --out P.json`), or from Python pass "
-                "streams=tokenize_prompts(prompts, tokenizer).streams"
+        if not streams:
+            refuse_prompts_profile(
+                prof,
+                source,
+                "; or from Python pass streams=tokenize_prompts(prompts, tokenizer).streams",
             )
         check_compatible(
             prof,
