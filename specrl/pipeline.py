@@ -246,7 +246,6 @@ def run_demo(options: DemoOptions) -> DemoResult:
 
     _step(5, "compare: every policy in the surrogate, then four live")
     lookup = f"lookup:{native}"
-    reports = []
     reports = compare_surrogate(
         profile,
         SURROGATE_WORKLOADS,
