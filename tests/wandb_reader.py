@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,16 +66,33 @@ class WandbRun:
         return out
 
 
-def read_run(run_dir: Path) -> WandbRun:
-    """Parse the one ``run-*.wandb`` log in ``run_dir``."""
+def _records(path: Path, wait_s: float):
+    """The log's parsed records, once they end with the run's ``exit`` record: ``finish()``
+    can return while wandb's service is still writing the offline log (seen on a loaded
+    machine: the last history rows arrived after the test had read the file). Waits up to
+    ``wait_s`` for the exit record, then returns what is there."""
     from wandb.proto import wandb_internal_pb2
 
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = []
+        for payload in log_records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(payload)
+            records.append(record)
+        if (records and records[-1].WhichOneof("record_type") == "exit") or (
+            time.monotonic() > deadline
+        ):
+            return records
+        time.sleep(0.2)
+
+
+def read_run(run_dir: Path, wait_s: float = 60.0) -> WandbRun:
+    """Parse the one ``run-*.wandb`` log in ``run_dir`` (complete: see :func:`_records`)."""
     logs = list(Path(run_dir).glob("run-*.wandb"))
     assert len(logs) == 1, f"expected one run-*.wandb in {run_dir}, found {logs}"
     run = WandbRun(path=Path(run_dir))
-    for payload in log_records(logs[0]):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
+    for record in _records(logs[0], wait_s):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run.name, run.group = record.run.display_name, record.run.run_group
