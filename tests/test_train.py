@@ -491,6 +491,18 @@ def test_wandb_offline_run_logs_the_evaluation(tmp_path, profile_path):
         assert key in history, sorted(history)
 
 
+def test_two_wandb_runs_in_one_process(tmp_path, profile_path):
+    """experiments/seeds.py trains several runs in one process with wandb offline: the
+    second used to fail with "Tensorboard already patched"."""
+    pytest.importorskip("tensorboard")
+    for name in ("a", "b"):
+        train(
+            tiny(tmp_path / name, profile_path, total_timesteps=128, wandb="offline"),
+            progress=False,
+        )
+        assert len(list((tmp_path / name / "wandb").glob("offline-run-*"))) == 1
+
+
 # ----------------------------------------------------------------------------- the script
 
 

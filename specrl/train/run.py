@@ -1131,6 +1131,10 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             logger.close()  # the last tensorboard events are on disk before wandb finishes
         if wandb_run is not None:
             wandb_run.finish()
+            if tensorboard_dir is not None:  # patched by _start_wandb: the next run patches
+                import wandb
+
+                wandb.tensorboard.unpatch()
     return TrainResult(
         run_dir=run_dir,
         num_timesteps=model.num_timesteps,
