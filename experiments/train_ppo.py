@@ -61,6 +61,8 @@ class Args:
     """Potential-based shaping with the draft's catch-up debt."""
     warm_start: str = DEFAULT.warm_start
     """Controller imitated before PPO (a policy name, or none)."""
+    reference_floor: bool = DEFAULT.reference_floor
+    """Floor the reward's reference at the warm start teacher's rate per batch size."""
     warm_start_epochs: int = DEFAULT.warm_start_epochs
     """Passes of behaviour cloning."""
     normalize_reward: bool = DEFAULT.normalize_reward
@@ -100,6 +102,7 @@ def config_from(args: Args) -> TrainConfig:
         shape_catchup=args.shape_catchup,
         warm_start=args.warm_start,
         warm_start_epochs=args.warm_start_epochs,
+        reference_floor=args.reference_floor,
         eval_every=args.eval_every,
         checkpoint_every=args.checkpoint_every,
         wandb=args.wandb,

@@ -226,6 +226,72 @@ def test_rate_reference_starts_at_the_profile_and_follows_the_rates_reached():
         restored.load_json({"tokens": [1.0]}, "test")
 
 
+def test_rate_reference_averages_decoding_alone_and_charges_the_whole_step():
+    reference = RateReference(np.full(9, 50.0), weight=1.0)
+    info = {"committed": 10, "step_time_s": 0.5, "admitted": 4, "prefill_s": 0.3}
+    reward = reference.charge(2, info, 2)
+    assert reward == pytest.approx((10 - 50.0 * 0.5) / 2)  # the rate read before the step
+    assert reference.rate(2) == pytest.approx(6 / 0.2)  # the prefill is not averaged in
+    only_prefill = {"committed": 3, "step_time_s": 0.2, "admitted": 3, "prefill_s": 0.2}
+    reference.charge(5, only_prefill, 5)
+    assert reference.rate(5) == 50.0  # nothing decoded: the initial rate stays
+
+
+def test_rate_reference_floor_holds_where_the_teacher_ran_enough_steps():
+    reference = RateReference(np.full(9, 50.0), weight=1.0)
+    tokens, seconds, steps = np.zeros(9), np.zeros(9), np.zeros(9, dtype=np.int64)
+    tokens[3], seconds[3], steps[3] = 320.0, 4.0, 32  # 80 tokens/s over 32 steps
+    tokens[4], seconds[4], steps[4] = 310.0, 1.0, 31  # too few steps to trust
+    reference.set_floor(tokens, seconds, steps)
+    assert reference.rate(3) == 80.0 and reference.rate(4) == 50.0
+    reference.observe(3, committed=9, seconds=0.1)  # 90 tokens/s: above the floor
+    assert reference.rate(3) == pytest.approx(90.0)
+    reference.observe(3, committed=6, seconds=0.1)  # 60 tokens/s: the floor holds
+    assert reference.rate(3) == 80.0
+    restored = RateReference(np.full(9, 50.0))
+    restored.load_json(json.loads(json.dumps(reference.to_json())), "test")
+    assert restored.rate(3) == 80.0 and restored.rate(4) == reference.rate(4)
+    state = reference.to_json()
+    del state["floor"]  # a checkpoint from before the floor: none
+    restored.load_json(state, "test")
+    assert restored.rate(3) == pytest.approx(60.0)
+    with pytest.raises(SpecrlError, match="'reference' must hold"):
+        restored.load_json({**reference.to_json(), "floor": [1.0]}, "test")
+
+
+def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, profile_path):
+    from stable_baselines3 import PPO
+
+    from specrl.policies import make_policy
+    from specrl.train.run import WARM_START_SEED, surrogate_env, warm_start
+
+    config = tiny(tmp_path / "run", profile_path)
+    profile = linear_profile()
+    env = make_training_env(config, profile)
+    model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, policy_kwargs={"net_arch": [8]})
+    reference = new_reference(config, profile)
+    warm_start(model, config, profile, progress=False, reference=reference)
+    # Independently: the oracle's decode tokens and seconds per batch size on the same seeds.
+    tokens, seconds, steps = np.zeros(9), np.zeros(9), np.zeros(9, dtype=np.int64)
+    for i, name in enumerate(config.workloads):
+        env = surrogate_env(config, profile, name)
+        oracle = make_policy("oracle", env=env)
+        obs, _ = env.reset(seed=WARM_START_SEED + i)
+        done = False
+        while not done:
+            k, _ = oracle.predict(obs)
+            obs, _, terminated, truncated, info = env.step(k)
+            done = terminated or truncated
+            rows = max(info["batch"], 1)
+            tokens[rows] += info["committed"] - info["admitted"]
+            seconds[rows] += info["step_time_s"] - info["prefill_s"]
+            steps[rows] += 1
+    trusted = steps >= 32
+    assert trusted.any() and not trusted.all()
+    assert reference.floor[trusted] == pytest.approx(tokens[trusted] / seconds[trusted])
+    assert (reference.floor[~trusted] == 0).all()
+
+
 def test_training_env_draws_workloads_from_its_seeded_stream(profile_path):
     config = tiny(Path("unused"), profile_path)
 

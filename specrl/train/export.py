@@ -28,9 +28,11 @@ from specrl.export import FORMATS, export_file, table_from_policy
 from specrl.files import write_atomic
 from specrl.table import KTable, load_table, provenance, table_from_json
 
-ACCEPTANCE_EDGES = tuple(round(i / 50, 2) for i in range(51))
-"""Acceptance bins of an exported table: 0.02 wide. The fidelity check reports how often the
-binning changes the policy's K (99.8% match on a 200k-step run, 99.9% with 200 bins)."""
+ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
+"""Acceptance bins of an exported table: 0.01 wide. The fidelity check reports how often the
+binning changes the policy's K. Bins 0.02 wide matched a default run in 98.49% of visited
+states (its K=0/K=1 edge runs along the acceptance at 33-128 rows, where the estimate sits
+most of the time), 0.01 wide 99.59%, 0.005 wide 99.94%; 0.01 keeps the file at 14 KB."""
 FIDELITY_SEED = 20_000
 """Check episode ``i`` is reset with ``FIDELITY_SEED + i``: seeds neither training nor the
 training-time evaluation (``eval_seed``, 10,000 by default) used."""

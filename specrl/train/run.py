@@ -68,11 +68,13 @@ def profile_reference(profile: Profile, max_batch: int, k_max: int) -> np.ndarra
 
 
 class RateReference:
-    """``rho(B)``: the tokens/s the training steps at ``B`` rows achieve, shared by every
-    training env (one process). Per batch size, committed tokens and seconds are averaged
-    apart (exponential moving averages with weight ``weight``, started at 0, so their ratio
-    is a weighted tokens/s without start-up bias); a batch size not seen yet reads the
-    profile's best static rate (:func:`profile_reference`).
+    """``rho(B)``: the tokens/s the training steps at ``B`` rows achieve while decoding,
+    shared by every training env (one process). Per batch size, the decode's committed tokens
+    and seconds (a step's prefill left out, :meth:`charge`) are averaged apart (exponential
+    moving averages with weight ``weight``, started at 0, so their ratio is a weighted tokens/s
+    without start-up bias); a batch size not seen yet reads the profile's best static rate
+    (:func:`profile_reference`). A floor (:meth:`set_floor`, the warm start's teacher's rates)
+    keeps the rate from following an exploring policy below what a known controller reached.
 
     Why measured rather than taken from the profile: the profile's table times decode steps
     alone, at the shortest context. Training steps also prefill new requests, run at longer
@@ -86,16 +88,32 @@ class RateReference:
         self.weight = weight
         self.tokens = np.zeros_like(self.initial)
         self.seconds = np.zeros_like(self.initial)
+        self.floor = np.zeros_like(self.initial)
+        """Per key, a rate the reference never reads below (:meth:`set_floor`); 0: none."""
 
     def rate(self, rows: int) -> float:
         seconds = self.seconds[rows]
-        return self.tokens[rows] / seconds if seconds > 0 else self.initial[rows]
+        rate = self.tokens[rows] / seconds if seconds > 0 else self.initial[rows]
+        return max(rate, self.floor[rows])
 
-    def charge(self, key: int, committed: int, seconds: float, scale: float) -> float:
-        """A step's reward, ``(committed - rate(key) * seconds) / scale``, with the rate read
-        before the step is added to it (:meth:`observe`)."""
+    def set_floor(
+        self, tokens: np.ndarray, seconds: np.ndarray, steps: np.ndarray, *, need: int = 32
+    ) -> None:
+        """Floor each key's rate at ``tokens / seconds``, a rate some controller reached
+        there over at least ``need`` steps; keys with fewer steps keep no floor."""
+        ok = (steps >= need) & (seconds > 0)
+        self.floor = np.where(ok, tokens / np.where(ok, seconds, 1.0), 0.0)
+
+    def charge(self, key: int, info: dict, scale: float) -> float:
+        """A step's reward, ``(committed - rate(key) * seconds) / scale`` from an env step's
+        ``info``, with the rate read before the step's decode is added to it
+        (:meth:`observe`). The step's prefill (its seconds and the first tokens it commits)
+        is charged but not averaged into the rate: it is the same whatever K the policy
+        chose, and averaged in it lowers the rate below what decoding reaches, which pays
+        for long steps."""
+        committed, seconds = info["committed"], info["step_time_s"]
         reward = (committed - self.rate(key) * seconds) / scale
-        self.observe(key, committed, seconds)
+        self.observe(key, committed - info["admitted"], seconds - info["prefill_s"])
         return reward
 
     def observe(self, rows: int, committed: int, seconds: float) -> None:
@@ -104,20 +122,25 @@ class RateReference:
         self.seconds[rows] += w * (seconds - self.seconds[rows])
 
     def to_json(self) -> dict:
-        return {"tokens": self.tokens.tolist(), "seconds": self.seconds.tolist()}
+        return {
+            "tokens": self.tokens.tolist(),
+            "seconds": self.seconds.tolist(),
+            "floor": self.floor.tolist(),
+        }
 
     def load_json(self, state: dict, source: str) -> None:
         try:
             tokens = np.asarray(state["tokens"], dtype=np.float64)
             seconds = np.asarray(state["seconds"], dtype=np.float64)
-        except (KeyError, TypeError, ValueError):
-            tokens = seconds = np.zeros(0)
-        if tokens.shape != self.tokens.shape or seconds.shape != self.seconds.shape:
+            floor = np.asarray(state.get("floor", np.zeros_like(tokens)), dtype=np.float64)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            tokens = seconds = floor = np.zeros(0)
+        if not tokens.shape == seconds.shape == floor.shape == self.tokens.shape:
             raise SpecrlError(
-                f"{source}: field 'reference' must hold 'tokens' and 'seconds', one number per "
-                f"batch size 0..{len(self.tokens) - 1}"
+                f"{source}: field 'reference' must hold 'tokens', 'seconds' and 'floor', one "
+                f"number per batch size 0..{len(self.tokens) - 1}"
             )
-        self.tokens, self.seconds = tokens, seconds
+        self.tokens, self.seconds, self.floor = tokens, seconds, floor
 
 
 class TrainingEnv(SurrogateSpecEnv):
@@ -141,8 +164,9 @@ class TrainingEnv(SurrogateSpecEnv):
     ## Rewards
 
     ``(committed - rho(B) * step_seconds) / B``, with ``B`` the rows the step decoded and
-    ``rho(B)`` the tokens/s training has reached at ``B`` rows so far (``reference``, a
-    :class:`RateReference`, read before the step is added to it); with ``shaping_gamma``,
+    ``rho(B)`` the tokens/s training has reached decoding ``B`` rows so far, never below
+    the warm start teacher's (``reference``, a :class:`RateReference`, read before the step
+    is added to it); with ``shaping_gamma``,
     plus ``gamma * Phi(s') - Phi(s)`` (:meth:`_potential`, the catch-up the rows owe the
     draft). With ``by_workload``, ``rho`` is the rate reached on the episode's workload and
     the divisor ``max_batch``.
@@ -214,12 +238,11 @@ class TrainingEnv(SurrogateSpecEnv):
         action = int(apply_probe(int(action), self._tracker.since_measured))
         obs, _, terminated, truncated, info = super().step(action)
         rows = max(info["batch"], 1)
-        committed, seconds = info["committed"], info["step_time_s"]
         if self.by_workload:
             key, scale = self._workload_index, self.max_batch
         else:
             key, scale = rows, rows
-        reward = self.reference.charge(key, committed, seconds, scale)
+        reward = self.reference.charge(key, info, scale)
         if self.gamma is not None:
             potential = 0.0 if terminated else self._potential()
             reward += self.gamma * potential - self._last_potential
@@ -289,8 +312,7 @@ class LiveTrainingEnv(gym.Wrapper):
         action = int(apply_probe(int(action), base.acceptance.since_measured))
         obs, _, terminated, truncated, info = self.env.step(action)
         rows = max(info["batch"], 1)
-        committed, seconds = info["committed"], info["step_time_s"]
-        reward = self.reference.charge(rows, committed, seconds, rows)
+        reward = self.reference.charge(rows, info, rows)
         self.env_seconds += time.perf_counter() - start
         return policy_observation(obs, base.max_batch), float(reward), terminated, truncated, info
 
@@ -370,16 +392,26 @@ WARM_START_SEED = 30_000
 neither training nor evaluation uses these seeds."""
 
 
-def warm_start(model, config: TrainConfig, profile: Profile, *, progress: bool = True) -> dict:
+def warm_start(
+    model,
+    config: TrainConfig,
+    profile: Profile,
+    *,
+    progress: bool = True,
+    reference: RateReference | None = None,
+) -> dict:
     """Behaviour cloning: fit the policy network's action distribution to
     ``config.warm_start``'s choices on the states it visits (cross-entropy, Adam, minibatches
     of 256, ``config.warm_start_epochs`` passes). The value network is left to PPO. Returns
     the number of states and the share where the network's most probable K is the
-    teacher's."""
+    teacher's. With ``reference`` (per batch size), the tokens/s the teacher reached at each
+    batch size becomes its floor (:meth:`RateReference.set_floor`)."""
     import torch
     from tqdm.auto import tqdm
 
     states, actions = [], []
+    size = config.max_batch + 1
+    tokens, seconds, steps = np.zeros(size), np.zeros(size), np.zeros(size, dtype=np.int64)
     workloads = tqdm(config.workloads, desc="warm start: states", disable=not progress)
     for i, name in enumerate(workloads):
         env = surrogate_env(config, profile, name)
@@ -391,8 +423,14 @@ def warm_start(model, config: TrainConfig, profile: Profile, *, progress: bool =
             start = False
             states.append(obs)
             actions.append(int(k))
-            obs, _, terminated, truncated, _ = env.step(k)
+            obs, _, terminated, truncated, info = env.step(k)
             done = terminated or truncated
+            rows = max(info["batch"], 1)
+            tokens[rows] += info["committed"] - info["admitted"]
+            seconds[rows] += info["step_time_s"] - info["prefill_s"]
+            steps[rows] += 1
+    if reference is not None:
+        reference.set_floor(tokens, seconds, steps)
     x = torch.as_tensor(policy_observation(np.asarray(states), config.max_batch))
     y = torch.as_tensor(np.asarray(actions, dtype=np.int64))
     policy = model.policy
@@ -1067,7 +1105,9 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         cloned = best = None
         if config.warm_start != "none" and not config.init:
             began = time.perf_counter()
-            cloned = warm_start(model, config, profile, progress=progress)
+            by_batch = config.reference_floor and config.reward_reference == "batch"
+            floor = reference if by_batch else None
+            cloned = warm_start(model, config, profile, progress=progress, reference=floor)
             cloned["seconds"] = round(time.perf_counter() - began, 1)
     start_steps = model.num_timesteps
     run = _RunState(
