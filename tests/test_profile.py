@@ -250,7 +250,30 @@ def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
     message = stale.message("p.json")
     assert "up to 80% (batch 64, K=4: 180.00 ms now, 100.00 ms" in message
     assert "specrl profile --out" in message
-    assert stale.format().splitlines()[2] == "| 1 | 0 | 10.00 | 11.00 | 1.10 |"
+    assert stale.format().splitlines()[2] == "| 1 | 0 | nan | 10.00 | 11.00 | 1.10 |"
+
+
+def test_freshness_compares_each_cell_at_the_context_it_timed(micro_pair):
+    from specrl.profile.costs import StepCosts
+    from specrl.profile.freshness import check_freshness
+    from specrl.profile.synthetic import linear_profile
+
+    # Step times that rise steeply with context, measured at far longer contexts than the
+    # check times: the shortest-context figure alone would be far off.
+    profile = linear_profile(contexts=(200.0, 400.0), verify_kv_s=2e-5)
+    profile.meta["prompt_lengths"] = [16]
+    report = check_freshness(profile, micro_pair)
+    assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8, 64) for k in (0, 4)]
+    costs = StepCosts(profile, max_batch=64, max_len=512, k_max=4)
+    for cell in report.cells:
+        assert 16 < cell.context < 200  # the prompt plus what the check generated
+        bi = profile.batch_sizes.index(cell.batch)
+        assert cell.profile_s < profile.step_seconds(bi, cell.k, 0)
+        # The surrogate's own charge at that context (its tables step by 8 tokens).
+        bucket = int(cell.context) // 8 * 8
+        below = costs.seconds(cell.batch, cell.k, bucket)
+        above = costs.seconds(cell.batch, cell.k, bucket + 8)
+        assert min(below, above) <= cell.profile_s <= max(below, above)
 
 
 def test_cost_points_are_medians_made_non_decreasing():
