@@ -245,6 +245,32 @@ def test_plot_table_draws_every_cell_with_its_k(tmp_path):
     assert _is_png(plot_table(by_context, tmp_path / "by_context.png"))
 
 
+def test_plot_table_of_an_exported_size_stays_readable(tmp_path):
+    edges = [round(i / 100, 2) for i in range(101)]
+    buckets = [[b, b] for b in range(1, 129)]
+    k = [[min(4, (b + j) // 40) for j in range(100)] for b in range(128)]
+    table = KTable(
+        **_table_fields(
+            batch_buckets=buckets,
+            acceptance_edges=edges,
+            k=k,
+            stale_k=[0] * 128,
+            max_batch=128,
+        )
+    )
+    fig = table_figure(table)
+    ax = fig.axes[0]
+    assert ax.images[0].get_array().shape == (128, 101)
+    assert len(ax.texts) == 0  # 12,928 cells: no K written in each
+    width, height = fig.get_size_inches()
+    assert width <= 16 and height <= 11
+    xs = [t.get_text() for t in ax.get_xticklabels()]
+    assert xs[:3] == ["stale", "0.1-0.11", "0.2-0.21"] and len(xs) <= 12
+    ys = [t.get_text() for t in ax.get_yticklabels()]
+    assert ys[:2] == ["1", "5"] and len(ys) <= 32
+    assert _is_png(plot_table(table, tmp_path / "big.png"))
+
+
 def test_plot_k_over_time_draws_k_and_batch_on_the_serving_clock(report, tmp_path):
     episode = report.result("goodput").episodes[0]
     assert _is_png(plot_k_over_time(episode, tmp_path / "k.png", title="goodput on ramp"))

@@ -68,10 +68,24 @@ def table_matrix(table: KTable, context: int = 0) -> list[list[int]]:
     ]
 
 
+MAX_LABELLED_CELLS = 600
+"""A table with more cells than this per panel is drawn without K written in each cell (an
+exported table has 128 batch sizes by 100 acceptance bins); the colour bar reads K."""
+MAX_TICKS = (12, 32)
+"""At most this many acceptance (x) and batch (y) tick labels per panel."""
+
+
+def _thin(n: int, most: int) -> list[int]:
+    """Indices of at most ``most`` evenly spaced ticks out of ``n``, the first always in."""
+    step = max(1, -(-n // most))
+    return list(range(0, n, step))
+
+
 def table_figure(table: KTable):
-    """A heatmap of K by batch bucket (up) and acceptance bin (right), K written in each
-    cell; the first column is the K used while the acceptance estimate is stale. One panel
-    per context bin."""
+    """A heatmap of K by batch bucket (up) and acceptance bin (right); the first column is
+    the K used while the acceptance estimate is stale. One panel per context bin. K is
+    written in each cell when a panel has at most :data:`MAX_LABELLED_CELLS` cells; larger
+    tables keep a readable size, with thinned tick labels (:data:`MAX_TICKS`)."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -79,8 +93,12 @@ def table_figure(table: KTable):
     edges = table.acceptance_edges
     columns = ["stale"] + [f"{lo:g}-{hi:g}" for lo, hi in zip(edges, edges[1:])]
     cmap = matplotlib.colormaps["viridis"].resampled(table.k_max + 1)
+    labelled = len(columns) * len(rows) <= MAX_LABELLED_CELLS
     fig = Figure(
-        figsize=(1.5 + 0.7 * len(columns) * table.n_context + 1, 1.5 + 0.35 * len(rows)),
+        figsize=(
+            1.5 + min(0.7 * len(columns), 12.0) * table.n_context + 1,
+            1.5 + min(0.35 * len(rows), 9.0),
+        ),
         layout="constrained",
     )
     axes = fig.subplots(1, table.n_context, squeeze=False)[0]
@@ -94,13 +112,19 @@ def table_figure(table: KTable):
             vmin=-0.5,
             vmax=table.k_max + 0.5,
         )
-        for b, row in enumerate(matrix):
-            for j, k in enumerate(row):
-                color = "black" if k > table.k_max / 2 else "white"
-                ax.text(j, b, str(k), ha="center", va="center", color=color, fontsize="small")
+        if labelled:
+            for b, row in enumerate(matrix):
+                for j, k in enumerate(row):
+                    color = "black" if k > table.k_max / 2 else "white"
+                    ax.text(j, b, str(k), ha="center", va="center", color=color, fontsize="small")
         ax.axvline(0.5, color="white", linewidth=3)
-        ax.set_xticks(range(len(columns)), columns, rotation=45, ha="right")
-        ax.set_yticks(range(len(rows)), rows)
+        bins = _thin(len(columns) - 1, MAX_TICKS[0] - 1)
+        if len(bins) < len(columns) - 1:  # thinned: the first bin's label would hit "stale"
+            bins = bins[1:]
+        xs = [0, *(1 + j for j in bins)]
+        ax.set_xticks(xs, [columns[j] for j in xs], rotation=45, ha="right")
+        ys = _thin(len(rows), MAX_TICKS[1])
+        ax.set_yticks(ys, [rows[b] for b in ys])
         ax.set_xlabel("acceptance estimate")
         if context == 0:
             ax.set_ylabel("batch size")
