@@ -512,6 +512,10 @@ def test_cli_checks_out_and_resume(tmp_path):
         config_from_args(args(resume=str(tmp_path), seed=1))
     config, _ = config_from_args(args(out=str(tmp_path), env="live", init="runs/a"))
     assert (config.env, config.n_envs, config.init) == ("live", 1, "runs/a")
+    config, _ = config_from_args(args(out=str(tmp_path), **{"max-len": 512}))
+    assert config.max_len == 512
+    with pytest.raises(SpecrlError, match="--max-len"):
+        config_from_args(args(resume=str(tmp_path), **{"max-len": 512}))
 
 
 # ----------------------------------------------------------------------------- wandb
@@ -789,6 +793,41 @@ def test_profile_workload_kwargs():
     bad = {**meta, "prompt_counts": {"sql": 3}}
     with pytest.raises(SpecrlError, match="meta.prompt_counts"):
         profile_workload_kwargs(bad)
+    for lengths in ({"median": 40}, {"median": 40.0, "sigma": 0.5, "lo": 8.5, "hi": 90}, 7):
+        with pytest.raises(SpecrlError, match="meta.prompt_lengths_dist"):
+            profile_workload_kwargs({**meta, "prompt_lengths_dist": lengths})
+    with pytest.raises(SpecrlError, match="meta.output_lengths_dist.*lo <= hi"):
+        bad = {"median": 40.0, "sigma": 0.5, "lo": 90, "hi": 8}
+        profile_workload_kwargs({**meta, "output_lengths_dist": bad})
+
+
+def test_a_profile_of_long_prompts_trains_on_their_lengths_with_max_len_raised(tmp_path):
+    """The surrogate's presets draw the file's prompt and output lengths; a run whose
+    max_len cannot hold the longest is refused before anything is written, naming
+    --max-len."""
+    from specrl.workload import LengthDist
+
+    prof = user_domain_profile()
+    prof.meta["prompt_lengths_dist"] = {"median": 300.0, "sigma": 0.3, "lo": 200, "hi": 400}
+    prof.meta["output_lengths_dist"] = {"median": 20.0, "sigma": 0.0, "lo": 20, "hi": 20}
+    path = tmp_path / "long.json"
+    prof.save(path)
+    kwargs = profile_workload_kwargs(prof.meta)
+    assert kwargs["prompt_lengths"] == LengthDist(300.0, 0.3, 200, 400)
+    env = SurrogateSpecEnv(
+        profile=path, workload="steady-8", max_len=420, workload_kwargs={"n_requests": 400}
+    )
+    env.reset(seed=0)
+    prompt_lens = [r.prompt_len for r in env.trace.requests]
+    assert min(prompt_lens) >= 200 and max(prompt_lens) <= 400
+    assert np.median(prompt_lens) == pytest.approx(300, rel=0.05)
+    assert {r.max_new_tokens for r in env.trace.requests} == {20}
+    run_dir = tmp_path / "run"
+    with pytest.raises(SpecrlError, match=r"400 prompt \+ 20 output tokens = 420.*--max-len 420"):
+        train(tiny(run_dir, path), progress=False)
+    assert not run_dir.exists()
+    train(tiny(run_dir, path, max_len=420), progress=False)
+    assert (run_dir / "model.zip").is_file()
 
 
 def test_validate_surrogate_refuses_a_profile_of_your_prompts(tmp_path, capsys):

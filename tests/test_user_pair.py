@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -215,12 +216,24 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, micro_pair, t
     }
     for by_band in profile.acceptance_counts.values():
         assert all(c["drafted_per_position"][0] > 0 for c in by_band.values())
-    # The surrogate (and so `specrl train`) runs its presets on the file's domains and bands.
+    # The file's lengths: its prompts in target tokens, and the one max_new_tokens given.
+    from specrl.workload.user_prompts import fitted_lengths, load_prompts, tokenize_prompts
+
+    ids = tokenize_prompts(load_prompts(prompts), micro_pair.tokenizer).ids
+    assert profile.meta["prompt_lengths_dist"] == dataclasses.asdict(
+        fitted_lengths([len(t) for t in ids])
+    )
+    assert profile.meta["output_lengths_dist"] == {"median": 6.0, "sigma": 0.0, "lo": 6, "hi": 6}
+    # The surrogate (and so `specrl train`) runs its presets on the file's domains, bands
+    # and lengths.
     from specrl.envs import SurrogateSpecEnv
 
     env = SurrogateSpecEnv(profile=out, workload="ramp", max_batch=8)
     env.reset(seed=0)
     assert {r.domain for r in env.trace.requests} == {"sql", "user"}
+    lo, hi = min(len(t) for t in ids), max(len(t) for t in ids)
+    assert all(lo <= r.prompt_len <= hi for r in env.trace.requests)
+    assert {r.max_new_tokens for r in env.trace.requests} == {6}
     done = False
     while not done:
         *_, done, _, _ = env.step(2)

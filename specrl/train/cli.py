@@ -45,6 +45,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--init", metavar="RUN_DIR", help="start from this finished run's model (fine-tune)"
     )
     parser.add_argument("--n-requests", type=int, default=None, help="requests per training trace")
+    parser.add_argument(
+        "--max-len",
+        type=int,
+        default=None,
+        help=f"longest request, prompt plus output tokens (default {TrainConfig.max_len}; raise "
+        "it for a profile of long prompts)",
+    )
     parser.add_argument("--preset", default=None, help="--env live: the default pair (small)")
     parser.add_argument(
         "--force-profile",
@@ -70,6 +77,7 @@ def config_from_args(args: argparse.Namespace):
         "env": args.env,
         "init": args.init,
         "n_requests": args.n_requests,
+        "max_len": args.max_len,
         "preset": args.preset,
         "force_profile": args.force_profile or None,
     }
@@ -80,8 +88,9 @@ def config_from_args(args: argparse.Namespace):
         return TrainConfig(out=args.out, **changes), False
     if any(value is not None for value in new_only.values()):
         raise SpecrlError(
-            "--seed, --profile, --env, --init, --n-requests, --preset and --force-profile are "
-            "fixed when a run starts; --resume takes --timesteps and --wandb only"
+            "--seed, --profile, --env, --init, --n-requests, --max-len, --preset and "
+            "--force-profile are fixed when a run starts; --resume takes --timesteps and "
+            "--wandb only"
         )
     config = load_config(args.resume)
     changes["out"] = args.resume

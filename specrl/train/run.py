@@ -341,6 +341,25 @@ def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
     return load_profile(path), path
 
 
+def check_request_lengths(config: TrainConfig, profile: Profile) -> None:
+    """Refuse, before anything is trained, a run whose workloads can draw a request longer
+    than ``config.max_len``: with a profile of a prompts file, the file's lengths
+    (:func:`~specrl.workload.profile_workload_kwargs`), else the presets'."""
+    from specrl.workload import profile_workload_kwargs
+    from specrl.workload.trace import DEFAULT_OUTPUT_LENGTHS, DEFAULT_PROMPT_LENGTHS
+
+    kwargs = profile_workload_kwargs(profile.meta)
+    prompt = kwargs.get("prompt_lengths", DEFAULT_PROMPT_LENGTHS).hi
+    output = kwargs.get("output_lengths", DEFAULT_OUTPUT_LENGTHS).hi
+    if prompt + output > config.max_len:
+        source = "the profile's prompts file" if "prompts" in kwargs else "the preset workloads"
+        raise SpecrlError(
+            f"{source} can draw a request of {prompt} prompt + {output} output tokens = "
+            f"{prompt + output}, more than max_len {config.max_len}; train with --max-len "
+            f"{prompt + output} (or shorten the prompts / their max_new_tokens)"
+        )
+
+
 def _workload_kwargs(config: TrainConfig) -> dict:
     kwargs = {"peak": config.max_batch}
     if config.n_requests is not None:
@@ -1075,6 +1094,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         _check_fresh(run_dir)
     torch.set_num_threads(config.torch_threads)
     profile, profile_path = _load_run_profile(config)
+    check_request_lengths(config, profile)
     reference = new_reference(config, profile)
     vec_env = _make_vec_env(config, profile, reference)
     if checkpoint is not None:

@@ -381,9 +381,11 @@ def make_trace(
 def profile_workload_kwargs(meta: Mapping) -> dict:
     """Preset-workload arguments that fit a profile measured on a prompts file (its ``meta``
     has ``prompts`` and ``prompt_counts[domain][band]``): the file's domains and temperature
-    bands, each in the share of the file's prompts that fell in it, drawn independently, and
-    the file's record (so the trace may name its domains). Load pattern and lengths stay the
-    preset's. ``{}`` for a profile of the held-out corpus: presets draw its domains as
+    bands, each in the share of the file's prompts that fell in it, drawn independently, the
+    file's record (so the trace may name its domains), and its prompt and output lengths
+    where the profile recorded them (``meta.prompt_lengths_dist``, ``meta.output_lengths_dist``;
+    outputs stay the preset's when no line gave ``max_new_tokens``). The load pattern stays
+    the preset's. ``{}`` for a profile of the held-out corpus: presets draw its domains as
     they are."""
     record = meta.get("prompts") if isinstance(meta, Mapping) else None
     if record is None:
@@ -401,11 +403,40 @@ def profile_workload_kwargs(meta: Mapping) -> dict:
         )
     domains = {d: float(sum(counts.get(d, {}).values())) for d in record["domains"]}
     bands = {b: float(sum(c.get(b, 0) for c in counts.values())) for b in SAMPLING_CONFIGS}
-    return {
+    kwargs = {
         "prompts": copy.deepcopy(dict(record)),
         "domains": domains if sum(domains.values()) > 0 else None,
         "sampling": {b: w for b, w in bands.items() if w > 0} or None,
     }
+    for key, arg in (
+        ("prompt_lengths_dist", "prompt_lengths"),
+        ("output_lengths_dist", "output_lengths"),
+    ):
+        if meta.get(key) is not None:
+            kwargs[arg] = _length_dist(meta[key], f"profile field 'meta.{key}'")
+    return kwargs
+
+
+def _length_dist(obj, where: str) -> LengthDist:
+    fields = ("median", "sigma", "lo", "hi")
+    if not isinstance(obj, Mapping) or set(obj) != set(fields):
+        raise SpecrlError(
+            f"{where}: expected {{'median', 'sigma', 'lo', 'hi'}}, got {obj!r}; re-measure with "
+            "`specrl profile --prompts`"
+        )
+    ints = all(isinstance(obj[f], int) and not isinstance(obj[f], bool) for f in ("lo", "hi"))
+    nums = all(
+        isinstance(obj[f], (int, float)) and not isinstance(obj[f], bool) and math.isfinite(obj[f])
+        for f in ("median", "sigma")
+    )
+    if not (ints and nums):
+        raise SpecrlError(
+            f"{where}: lo and hi must be integers, median and sigma numbers; got {obj!r}"
+        )
+    try:
+        return LengthDist(**{f: obj[f] for f in fields})
+    except SpecrlError as err:
+        raise SpecrlError(f"{where}: {err}") from None
 
 
 def _blend(a: Mix, b: Mix, w: float) -> dict[str, float]:
