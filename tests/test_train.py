@@ -271,21 +271,23 @@ def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, 
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, policy_kwargs={"net_arch": [8]})
     reference = new_reference(config, profile)
     warm_start(model, config, profile, progress=False, reference=reference)
-    # Independently: the oracle's decode tokens and seconds per batch size on the same seeds.
-    tokens, seconds, steps = np.zeros(9), np.zeros(9), np.zeros(9, dtype=np.int64)
+    # Independently: every step's info from the oracle on the same seeds, then decode tokens
+    # and seconds summed per batch size.
+    infos = []
     for i, name in enumerate(config.workloads):
         env = surrogate_env(config, profile, name)
         oracle = make_policy("oracle", env=env)
         obs, _ = env.reset(seed=WARM_START_SEED + i)
-        done = False
-        while not done:
-            k, _ = oracle.predict(obs)
-            obs, _, terminated, truncated, info = env.step(k)
-            done = terminated or truncated
-            rows = max(info["batch"], 1)
-            tokens[rows] += info["committed"] - info["admitted"]
-            seconds[rows] += info["step_time_s"] - info["prefill_s"]
-            steps[rows] += 1
+        terminated = False
+        while not terminated:
+            obs, _, terminated, _, info = env.step(oracle.predict(obs)[0])
+            infos.append(info)
+    rows = np.array([max(x["batch"], 1) for x in infos])
+    decoded = np.array([x["committed"] - x["admitted"] for x in infos], dtype=np.float64)
+    decode_s = np.array([x["step_time_s"] - x["prefill_s"] for x in infos])
+    tokens = np.bincount(rows, weights=decoded, minlength=9)
+    seconds = np.bincount(rows, weights=decode_s, minlength=9)
+    steps = np.bincount(rows, minlength=9)
     trusted = steps >= 32
     assert trusted.any() and not trusted.all()
     assert reference.floor[trusted] == pytest.approx(tokens[trusted] / seconds[trusted])
