@@ -135,19 +135,23 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         n_requests=options.n_requests,
         wandb=options.wandb,
     )
-    if (run_dir / SUMMARY_FILE).is_file():
-        _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
-        return run_dir, "reused"
     resume = False
     if run_dir.exists():
-        try:
-            latest_checkpoint(run_dir)
-            load_config(run_dir)
-            resume = True
-        except SpecrlError:
-            import shutil
+        import shutil
 
-            shutil.rmtree(run_dir)  # an unusable partial run of the demo's own cache
+        try:
+            changed = [c for c in load_config(run_dir).changes_from(config) if c != "wandb"]
+            if not changed and (run_dir / SUMMARY_FILE).is_file():
+                _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
+                return run_dir, "reused"
+            latest_checkpoint(run_dir)
+            resume = not changed
+        except SpecrlError:
+            changed = []  # an unusable partial run of the demo's own cache
+        if not resume:
+            if changed:  # trained by another version's defaults: not this demo's run
+                _say(f"  {run_dir} was trained with other settings ({', '.join(changed)})")
+            shutil.rmtree(run_dir)
     if resume:
         _say(f"  resuming {run_dir} from its last checkpoint")
     train(config, resume=resume, progress=options.progress)

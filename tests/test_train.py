@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -292,6 +293,57 @@ def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, 
     assert trusted.any() and not trusted.all()
     assert reference.floor[trusted] == pytest.approx(tokens[trusted] / seconds[trusted])
     assert (reference.floor[~trusted] == 0).all()
+
+
+def test_a_run_written_before_the_floor_resumes_and_exports(tmp_path, profile_path):
+    config = tiny(tmp_path / "run", profile_path, total_timesteps=256, eval_every=0)
+    train(config, progress=False)
+    # As written before reference_floor existed: no such config field, no floor saved.
+    run = tmp_path / "run"
+    for path in [run / "config.json", *run.glob("checkpoints/*/state.json")]:
+        obj = json.loads(path.read_text())
+        conf = obj.get("config", obj)
+        del conf["reference_floor"]
+        obj.get("reference", {}).pop("floor", None)
+        path.write_text(json.dumps(obj))
+    old = load_config(run)
+    assert old.reference_floor is False  # how those runs trained
+    result = train(
+        TrainConfig.from_json({**old.to_json(), "total_timesteps": 512}),
+        resume=True,
+        progress=False,
+    )
+    assert result.num_timesteps == 512
+    assert table_from_run(run).k_max == config.k_max
+
+
+def test_the_floor_is_kept_by_a_surrogate_fine_tune_only_where_the_config_asks(
+    tmp_path, profile_path
+):
+    from specrl.train.run import floors_reference
+
+    source = tmp_path / "source"
+    train(tiny(source, profile_path, total_timesteps=256, eval_every=0), progress=False)
+
+    def floor(run_dir):
+        state = latest_checkpoint(run_dir).state
+        return np.asarray(state["reference"]["floor"])
+
+    assert floor(source).any()  # the warm start's teacher set it
+    kept = tiny(tmp_path / "kept", profile_path, total_timesteps=256, init=str(source))
+    train(kept, progress=False)
+    assert floor(tmp_path / "kept") == pytest.approx(floor(source))
+    dropped = tiny(
+        tmp_path / "dropped",
+        profile_path,
+        total_timesteps=256,
+        init=str(source),
+        reference_floor=False,
+    )
+    train(dropped, progress=False)
+    assert not floor(tmp_path / "dropped").any()
+    assert floors_reference(kept)
+    assert not floors_reference(dataclasses.replace(kept, env="live", n_envs=1))
 
 
 def test_training_env_draws_workloads_from_its_seeded_stream(profile_path):
@@ -795,7 +847,14 @@ def test_profile_workload_kwargs():
     bad = {**meta, "prompt_counts": {"sql": 3}}
     with pytest.raises(SpecrlError, match="meta.prompt_counts"):
         profile_workload_kwargs(bad)
-    for lengths in ({"median": 40}, {"median": 40.0, "sigma": 0.5, "lo": 8.5, "hi": 90}, 7):
+    good = {"median": 40.0, "sigma": 0.5, "lo": 8, "hi": 90}
+    for lengths in (
+        {"median": 40},
+        {**good, "lo": 8.5},
+        {**good, "sigma": float("inf")},
+        {**good, "mean": 41.0},
+        7,
+    ):
         with pytest.raises(SpecrlError, match="meta.prompt_lengths_dist"):
             profile_workload_kwargs({**meta, "prompt_lengths_dist": lengths})
     with pytest.raises(SpecrlError, match="meta.output_lengths_dist.*lo <= hi"):
@@ -843,3 +902,22 @@ def test_validate_surrogate_refuses_a_profile_of_your_prompts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{path} was measured on the prompts file 'mine.jsonl'" in err
     assert "without --prompts" in err
+
+
+def test_the_demo_reuses_its_cached_run_only_if_trained_with_the_same_settings(
+    tmp_path, profile_path
+):
+    from specrl.pipeline import DemoOptions, _train
+
+    options = DemoOptions(
+        timesteps=256, max_batch=8, n_requests=8, wandb="disabled", progress=False
+    )
+    cache = tmp_path / "cache"
+    run_dir, how = _train(profile_path, options, cache)
+    assert how == "trained"
+    assert _train(profile_path, options, cache) == (run_dir, "reused")
+    # A cached run trained by an older version's defaults (here: without the floor).
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "reference_floor": False}))
+    assert _train(profile_path, options, cache) == (run_dir, "trained")
+    assert load_config(run_dir).reference_floor is True

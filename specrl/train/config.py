@@ -49,6 +49,9 @@ DEFAULT_WORKLOADS = (
 size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
 WANDB_MODES = ("offline", "online", "disabled")
+ADDED_FIELDS = {"reference_floor": False}
+"""Fields added to version 1 after runs were written without them, with the value that
+matches how those runs trained: a config without one reads as that value."""
 RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out")
 """Fields a resumed run may change; any other difference from the checkpoint is refused."""
 
@@ -132,14 +135,16 @@ class TrainConfig:
     and a run from scratch never chose K=0 (0.94-0.96x of off at 33-128 rows). The oracle holds
     K=0 where it pays; PPO then improves on it (it is myopic)."""
     reference_floor: bool = True
-    """With a warm start and ``reward_reference="batch"``: the reference never reads below
+    """With a warm start, ``reward_reference="batch"`` and env="surrogate" (a live run keeps no
+    floor; a fine-tune keeps its source run's only where all three hold): the reference never
+    reads below
     the decode tokens/s the warm start's teacher reached at each batch size (where it ran 32
     steps or more). Why: the reference follows the rate of the *exploring* policy, which at
     128 rows sat below both K=0 and K=1, and a reference below the best rate pays for long
     steps: K=1 out-earned K=0 there, and K=0 was unlearned. With the floor (and the prefill
     left out of the rates), K=0 at 33-128 rows survived 200k steps in 2 of 3 seeds, and the
-    tables reached 1.021-1.028x the best static K on bursts (0.993-1.014x before); without
-    it (seeds 0, 1) K=0 was gone by 51k steps."""
+    exported tables reached 1.020-1.036x the best static K on bursts over three seeds
+    (0.993-1.014x before); without it (seeds 0, 1) K=0 was gone by 51k steps."""
     warm_start_epochs: int = 20
     """Passes of behaviour cloning over the warm start's states."""
     normalize_reward: bool = False
@@ -279,7 +284,8 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, obj, source: str = "config") -> TrainConfig:
-        """Validate a decoded config; unknown or missing fields reject it whole."""
+        """Validate a decoded config; unknown or missing fields reject it whole, except the
+        fields of :data:`ADDED_FIELDS`, which a config written before them lacks."""
         check_header(
             obj,
             source,
@@ -289,6 +295,7 @@ class TrainConfig:
             remake="start a new run with `specrl train --out RUN_DIR`",
         )
         names = {f.name for f in fields(cls)}
+        obj = {**ADDED_FIELDS, **obj}
         given = set(obj) - {"format", "version"}
         if given != names:
             unknown, missing = sorted(given - names), sorted(names - given)

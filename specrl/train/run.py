@@ -77,10 +77,11 @@ class RateReference:
     keeps the rate from following an exploring policy below what a known controller reached.
 
     Why measured rather than taken from the profile: the profile's table times decode steps
-    alone, at the shortest context. Training steps also prefill new requests, run at longer
-    contexts and pay the draft's catch-up after K=0: on ramp with K=0 they reach 92% of the
-    table at one row and 47% at 65-128 rows. Against the table every step was paid mostly
-    for being short, and PPO learned K=0 everywhere (0.96x the best static K).
+    alone, at the shortest context. Training steps run at longer contexts and pay the draft's
+    catch-up after K=0 (and, before the prefill was left out of the rates, their admissions:
+    on ramp with K=0 steps then reached 92% of the table at one row and 47% at 65-128 rows).
+    Against the table every step was paid mostly for being short, and PPO learned K=0
+    everywhere (0.96x the best static K).
     """
 
     def __init__(self, initial: np.ndarray, *, weight: float = 1e-3):
@@ -341,6 +342,17 @@ def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
     return load_profile(path), path
 
 
+def floors_reference(config: TrainConfig) -> bool:
+    """Whether the reward's reference keeps a floor at the warm start teacher's rates: with
+    ``reference_floor``, a reference per batch size, and training on the surrogate. Live, the
+    floor is not used: the teacher's rates are the surrogate's, from a profile that may be off
+    this machine's speed by tens of percent, and a floor above every K's live rate would pay
+    for short steps."""
+    return (
+        config.reference_floor and config.reward_reference == "batch" and config.env == "surrogate"
+    )
+
+
 def check_request_lengths(config: TrainConfig, profile: Profile) -> None:
     """Refuse, before anything is trained, a run whose workloads can draw a request longer
     than ``config.max_len``: with a profile of a prompts file, the file's lengths
@@ -352,7 +364,8 @@ def check_request_lengths(config: TrainConfig, profile: Profile) -> None:
     prompt = kwargs.get("prompt_lengths", DEFAULT_PROMPT_LENGTHS).hi
     output = kwargs.get("output_lengths", DEFAULT_OUTPUT_LENGTHS).hi
     if prompt + output > config.max_len:
-        source = "the profile's prompts file" if "prompts" in kwargs else "the preset workloads"
+        mine = "prompt_lengths" in kwargs or "output_lengths" in kwargs
+        source = "the profile's prompts file" if mine else "the preset workloads"
         raise SpecrlError(
             f"{source} can draw a request of {prompt} prompt + {output} output tokens = "
             f"{prompt + output}, more than max_len {config.max_len}; train with --max-len "
@@ -1117,6 +1130,8 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             # Training goes on: so does the reward's reference, from the rates reached so far.
             source = latest_checkpoint(config.init)
             reference.load_json(source.state["reference"], f"checkpoint {source.path}")
+            if not floors_reference(config):
+                reference.floor[:] = 0.0
         else:
             model = _new_model(config, vec_env)
         wandb_id, history = None, []
@@ -1125,8 +1140,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         cloned = best = None
         if config.warm_start != "none" and not config.init:
             began = time.perf_counter()
-            by_batch = config.reference_floor and config.reward_reference == "batch"
-            floor = reference if by_batch else None
+            floor = reference if floors_reference(config) else None
             cloned = warm_start(model, config, profile, progress=progress, reference=floor)
             cloned["seconds"] = round(time.perf_counter() - began, 1)
     start_steps = model.num_timesteps

@@ -146,9 +146,11 @@ class LengthDist:
     hi: int
 
     def __post_init__(self) -> None:
-        if not (self.median > 0 and self.sigma >= 0 and 1 <= self.lo <= self.hi):
+        finite = math.isfinite(self.median) and math.isfinite(self.sigma)
+        if not (finite and self.median > 0 and self.sigma >= 0 and 1 <= self.lo <= self.hi):
             raise SpecrlError(
-                f"length distribution {self}: need median > 0, sigma >= 0 and 1 <= lo <= hi"
+                f"length distribution {self}: need a finite median > 0, a finite sigma >= 0 "
+                "and 1 <= lo <= hi"
             )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -156,6 +158,7 @@ class LengthDist:
         return np.clip(raw, self.lo, self.hi).astype(np.int64)
 
 
+LENGTH_FIELDS = ("median", "sigma", "lo", "hi")
 DEFAULT_PROMPT_LENGTHS = LengthDist(median=48, sigma=0.5, lo=8, hi=160)
 DEFAULT_OUTPUT_LENGTHS = LengthDist(median=48, sigma=0.6, lo=8, hi=160)
 """The preset workloads' prompt and output lengths (tokens)."""
@@ -412,31 +415,16 @@ def profile_workload_kwargs(meta: Mapping) -> dict:
         ("prompt_lengths_dist", "prompt_lengths"),
         ("output_lengths_dist", "output_lengths"),
     ):
-        if meta.get(key) is not None:
-            kwargs[arg] = _length_dist(meta[key], f"profile field 'meta.{key}'")
+        if meta.get(key) is None:
+            continue
+        where, remake = f"profile field 'meta.{key}'", "re-measure with `specrl profile --prompts`"
+        if not isinstance(meta[key], Mapping) or set(meta[key]) != set(LENGTH_FIELDS):
+            raise SpecrlError(f"{where}: expected the fields {list(LENGTH_FIELDS)}; {remake}")
+        try:
+            kwargs[arg] = _length_dist(meta[key], where)
+        except SpecrlError as err:
+            raise SpecrlError(f"{err}; {remake}") from None
     return kwargs
-
-
-def _length_dist(obj, where: str) -> LengthDist:
-    fields = ("median", "sigma", "lo", "hi")
-    if not isinstance(obj, Mapping) or set(obj) != set(fields):
-        raise SpecrlError(
-            f"{where}: expected {{'median', 'sigma', 'lo', 'hi'}}, got {obj!r}; re-measure with "
-            "`specrl profile --prompts`"
-        )
-    ints = all(isinstance(obj[f], int) and not isinstance(obj[f], bool) for f in ("lo", "hi"))
-    nums = all(
-        isinstance(obj[f], (int, float)) and not isinstance(obj[f], bool) and math.isfinite(obj[f])
-        for f in ("median", "sigma")
-    )
-    if not (ints and nums):
-        raise SpecrlError(
-            f"{where}: lo and hi must be integers, median and sigma numbers; got {obj!r}"
-        )
-    try:
-        return LengthDist(**{f: obj[f] for f in fields})
-    except SpecrlError as err:
-        raise SpecrlError(f"{where}: {err}") from None
 
 
 def _blend(a: Mix, b: Mix, w: float) -> dict[str, float]:
