@@ -122,7 +122,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
 
 def _train(profile_path: Path, options: DemoOptions, cache: Path):
     from specrl.train import TrainConfig, train
-    from specrl.train.config import SUMMARY_FILE, load_config
+    from specrl.train.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
     from specrl.train.run import latest_checkpoint
 
     digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
@@ -140,7 +140,9 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         import shutil
 
         try:
-            changed = [c for c in load_config(run_dir).changes_from(config) if c != "wandb"]
+            changed = [
+                c for c in load_config(run_dir).changes_from(config) if c not in RESUMABLE_CHANGES
+            ]
             if not changed and (run_dir / SUMMARY_FILE).is_file():
                 _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
                 return run_dir, "reused"

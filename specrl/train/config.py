@@ -137,11 +137,10 @@ class TrainConfig:
     reference_floor: bool = True
     """With a warm start, ``reward_reference="batch"`` and env="surrogate" (a live run keeps no
     floor; a fine-tune keeps its source run's only where all three hold): the reference never
-    reads below
-    the decode tokens/s the warm start's teacher reached at each batch size (where it ran 32
-    steps or more). Why: the reference follows the rate of the *exploring* policy, which at
-    128 rows sat below both K=0 and K=1, and a reference below the best rate pays for long
-    steps: K=1 out-earned K=0 there, and K=0 was unlearned. With the floor (and the prefill
+    reads below the decode tokens/s the warm start's teacher reached at each batch size (where
+    it ran 32 steps or more). Why: the reference follows the rate of the *exploring* policy,
+    which at 128 rows sat below both K=0 and K=1, and a reference below the best rate pays for
+    long steps: K=1 out-earned K=0 there, and K=0 was unlearned. With the floor (and the prefill
     left out of the rates), K=0 at 33-128 rows survived 200k steps in 2 of 3 seeds, and the
     exported tables reached 1.020-1.036x the best static K on bursts over three seeds
     (0.993-1.014x before); without it (seeds 0, 1) K=0 was gone by 51k steps."""
