@@ -10,6 +10,7 @@ from specrl.profile.synthetic import linear_profile
 
 def test_short_ppo_run_on_the_surrogate():
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     env = SurrogateSpecEnv(
         profile=linear_profile(), workload_kwargs={"n_requests": 32, "peak": 8}, max_batch=8
@@ -24,6 +25,8 @@ def test_short_ppo_run_on_the_surrogate():
         seed=0,
         device="cpu",
     )
+    # SB3's default logger makes an SB3-<time> folder in the temp directory on each learn().
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(total_timesteps=2048)
     assert model.num_timesteps == 2048
     obs, _ = env.reset(seed=0)
