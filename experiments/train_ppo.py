@@ -63,6 +63,8 @@ class Args:
     """Controller imitated before PPO (a policy name, or none)."""
     reference_floor: bool = DEFAULT.reference_floor
     """Floor the reward's reference at the warm start teacher's rate per batch size."""
+    warm_start_episodes: int = DEFAULT.warm_start_episodes
+    """Episodes of each training workload the warm start's teacher plays."""
     warm_start_epochs: int = DEFAULT.warm_start_epochs
     """Passes of behaviour cloning."""
     normalize_reward: bool = DEFAULT.normalize_reward
@@ -101,6 +103,7 @@ def config_from(args: Args) -> TrainConfig:
         reward_reference=args.reward_reference,
         shape_catchup=args.shape_catchup,
         warm_start=args.warm_start,
+        warm_start_episodes=args.warm_start_episodes,
         warm_start_epochs=args.warm_start_epochs,
         reference_floor=args.reference_floor,
         eval_every=args.eval_every,

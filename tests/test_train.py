@@ -266,23 +266,27 @@ def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, 
     from specrl.policies import make_policy
     from specrl.train.run import WARM_START_SEED, surrogate_env, warm_start
 
-    config = tiny(tmp_path / "run", profile_path)
+    config = tiny(tmp_path / "run", profile_path, warm_start_episodes=2)
     profile = linear_profile()
     env = make_training_env(config, profile)
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, policy_kwargs={"net_arch": [8]})
     reference = new_reference(config, profile)
-    warm_start(model, config, profile, progress=False, reference=reference)
-    # Independently: every step's info from the oracle on the same seeds, then decode tokens
-    # and seconds summed per batch size.
+    cloned = warm_start(model, config, profile, progress=False, reference=reference)
+    # Independently: every step's info from the oracle on the same seeds (episode j of
+    # workload i: WARM_START_SEED + i + j * workloads), then decode tokens and seconds summed
+    # per batch size.
     infos = []
-    for i, name in enumerate(config.workloads):
-        env = surrogate_env(config, profile, name)
-        oracle = make_policy("oracle", env=env)
-        obs, _ = env.reset(seed=WARM_START_SEED + i)
-        terminated = False
-        while not terminated:
-            obs, _, terminated, _, info = env.step(oracle.predict(obs)[0])
-            infos.append(info)
+    n = len(config.workloads)
+    for j in range(2):
+        for i, name in enumerate(config.workloads):
+            env = surrogate_env(config, profile, name)
+            oracle = make_policy("oracle", env=env)
+            obs, _ = env.reset(seed=WARM_START_SEED + i + j * n)
+            terminated = False
+            while not terminated:
+                obs, _, terminated, _, info = env.step(oracle.predict(obs)[0])
+                infos.append(info)
+    assert cloned["states"] == len(infos)
     rows = np.array([max(x["batch"], 1) for x in infos])
     decoded = np.array([x["committed"] - x["admitted"] for x in infos], dtype=np.float64)
     decode_s = np.array([x["step_time_s"] - x["prefill_s"] for x in infos])
@@ -304,10 +308,12 @@ def test_a_run_written_before_the_floor_resumes_and_exports(tmp_path, profile_pa
         obj = json.loads(path.read_text())
         conf = obj.get("config", obj)
         del conf["reference_floor"]
+        del conf["warm_start_episodes"]
         obj.get("reference", {}).pop("floor", None)
         path.write_text(json.dumps(obj))
     old = load_config(run)
     assert old.reference_floor is False  # how those runs trained
+    assert old.warm_start_episodes == 1
     result = train(
         TrainConfig.from_json({**old.to_json(), "total_timesteps": 512}),
         resume=True,

@@ -49,7 +49,7 @@ DEFAULT_WORKLOADS = (
 size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
 WANDB_MODES = ("offline", "online", "disabled")
-ADDED_FIELDS = {"reference_floor": False}
+ADDED_FIELDS = {"reference_floor": False, "warm_start_episodes": 1}
 """Fields added to version 1 after runs were written without them, with the value that
 matches how those runs trained: a config without one reads as that value."""
 RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out")
@@ -129,11 +129,12 @@ class TrainConfig:
     warm_start: str = "oracle"
     """A controller (a ``specrl compare`` policy name, "none" for no warm start) whose choices
     the policy network imitates before PPO starts: behaviour cloning on the states the
-    controller visits, one episode of each training workload. Why: K=0 pays at large batches
-    only when held, because the step after K=0 that drafts again pays the draft's catch-up on
-    every skipped token. PPO explores one step at a time, each K=0 among K>0 steps looks bad,
-    and a run from scratch never chose K=0 (0.94-0.96x of off at 33-128 rows). The oracle holds
-    K=0 where it pays; PPO then improves on it (it is myopic)."""
+    controller visits, ``warm_start_episodes`` episodes of each training workload. Why: K=0
+    pays at large batches only when held, because the step after K=0 that drafts again pays
+    the draft's catch-up on every skipped token. PPO explores one step at a time, each K=0
+    among K>0 steps looks bad, and a run from scratch never chose K=0 (0.94-0.96x of off at
+    33-128 rows). The oracle holds K=0 where it pays; PPO then improves on it (it is
+    myopic)."""
     reference_floor: bool = True
     """With a warm start, ``reward_reference="batch"`` and env="surrogate" (a live run keeps no
     floor; a fine-tune keeps its source run's only where all three hold): the reference never
@@ -144,7 +145,17 @@ class TrainConfig:
     left out of the rates), K=0 at 33-128 rows survived 200k steps in 2 of 3 seeds, and the
     exported tables reached 1.020-1.036x the best static K on bursts over three seeds
     (0.993-1.014x before); without it (seeds 0, 1) K=0 was gone by 51k steps."""
-    warm_start_epochs: int = 20
+    warm_start_episodes: int = 4
+    """Episodes of each training workload the warm start's teacher plays (its states are
+    what the network imitates). Why 4 (and 60 epochs, not 1 and 20): the oracle's choice
+    flips between 20 and 33 rows (K=1 at 20 rows, off at 29-33 at the same estimates), and
+    one episode per workload holds a few dozen states there; the network smoothed across the
+    gap and ran K=1 at 32 rows, where the surrogate's off is 1.15x faster (ramp's 17-32 row
+    bucket at 0.94x off over 10 held-out episodes). Four episodes and 60 epochs: BC accuracy
+    0.64 -> 0.72, and over 3 seeds and 10 held-out episodes the lowest bucket over off rose
+    from 0.940-0.998 to 0.990-0.992 on ramp (day 0.976-0.983 -> 0.974-0.985, bursts
+    0.974-0.989 -> 0.985-0.990). About 35 s more per run."""
+    warm_start_epochs: int = 60
     """Passes of behaviour cloning over the warm start's states."""
     normalize_reward: bool = False
     """Scale rewards by a running estimate of the discounted return's spread (SB3
@@ -227,6 +238,7 @@ class TrainConfig:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok or not low <= value <= high or (name != "ent_coef" and value == 0):
                 raise SpecrlError(f"{name} must be a number in ({low}, {high}], got {value!r}")
+        _check_int(self, "warm_start_episodes", low=1)
         _check_int(self, "warm_start_epochs", low=1)
         if self.env not in ("surrogate", "live"):
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")

@@ -420,8 +420,8 @@ def make_training_env(
 # ----------------------------------------------------------------------------- warm start
 
 WARM_START_SEED = 30_000
-"""Warm-start episode ``i`` (training workload ``i``) is reset with ``WARM_START_SEED + i``:
-neither training nor evaluation uses these seeds."""
+"""Warm-start episode ``j`` of training workload ``i`` is reset with ``WARM_START_SEED + i + j
+* len(workloads)``: neither training nor evaluation uses these seeds."""
 
 
 def warm_start(
@@ -444,11 +444,16 @@ def warm_start(
     states, actions = [], []
     size = config.max_batch + 1
     tokens, seconds, steps = np.zeros(size), np.zeros(size), np.zeros(size, dtype=np.int64)
-    workloads = tqdm(config.workloads, desc="warm start: states", disable=not progress)
-    for i, name in enumerate(workloads):
+    n = len(config.workloads)
+    episodes = [
+        (i, name, j)
+        for j in range(config.warm_start_episodes)
+        for i, name in enumerate(config.workloads)
+    ]
+    for i, name, j in tqdm(episodes, desc="warm start: states", disable=not progress):
         env = surrogate_env(config, profile, name)
         teacher = make_policy(config.warm_start, env=env)
-        obs, _ = env.reset(seed=WARM_START_SEED + i)
+        obs, _ = env.reset(seed=WARM_START_SEED + i + j * n)
         start, done = True, False
         while not done:
             k, _ = teacher.predict(obs, episode_start=np.array([start]))
