@@ -34,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--preset", default="small", help="default pair to run live (small)")
     val.add_argument("--device", default="cpu")
     val.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: the profile's; with --measure, torch's own choice)",
     )
     val.add_argument(
         "--trace",
@@ -88,8 +91,11 @@ def validate(args: argparse.Namespace) -> int:
     traces = _traces(args)
     profile = None
     if not args.measure:
+        from specrl.profile import use_profile_threads
+
         profile = load_profile(args.profile)
         refuse_prompts_profile(profile, args.profile)  # before the pair loads
+        use_profile_threads(profile, args.threads)  # step times hold at the profile's count
     pair = load_default_pair(args.preset, device=args.device)
     if profile is not None:
         from specrl.profile import check_compatible, pair_fingerprint

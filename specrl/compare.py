@@ -289,7 +289,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--k-max", type=int, default=4)
     parser.add_argument("--preset", default="small", help="default pair for --env live")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (live)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (live; default: the profile's)"
+    )
     parser.add_argument(
         "--force",
         action="store_true",
@@ -318,10 +320,9 @@ def make_env(args: argparse.Namespace):
     }
     if args.env == "surrogate":
         return SurrogateSpecEnv(profile=profile, **common), profile
-    if args.threads:
-        import torch
+    from specrl.profile import use_profile_threads
 
-        torch.set_num_threads(args.threads)
+    use_profile_threads(profile, args.threads)  # step times hold at the profile's count
     env = LiveSpecEnv(
         preset=args.preset,
         device=args.device,

@@ -162,13 +162,13 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
 
 def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
-    import torch
 
     from specrl.compare import best_static, compare_policies, compare_surrogate
     from specrl.envs import LiveSpecEnv
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
     from specrl.policies import default_policies, make_policy
+    from specrl.profile import use_profile_threads
     from specrl.profile.freshness import TOLERANCE, check_freshness
     from specrl.report import (
         log_comparison,
@@ -205,9 +205,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     profile, profile_path, how = _choose_profile(pair, options, cache)
     _say(f"  {how} {profile_path} (measured {profile.meta.get('created', '?')})")
     # Step times hold at the thread count they were measured with (the profile's).
-    threads = options.threads or profile.fingerprint.get("threads") or torch.get_num_threads()
-    torch.set_num_threads(int(threads))
-    _say(f"  torch threads: {torch.get_num_threads()}")
+    _say(f"  torch threads: {use_profile_threads(profile, options.threads)}")
     report = check_freshness(profile, pair, device=options.device)
     _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
     if report.fresh:

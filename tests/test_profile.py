@@ -114,6 +114,24 @@ def _fingerprint(**changes) -> dict:
     return {**fp, **changes}
 
 
+def test_timing_runs_at_the_profiles_thread_count_unless_told_otherwise():
+    import torch
+
+    from specrl.profile import use_profile_threads
+
+    before = torch.get_num_threads()
+    prof = linear_profile()
+    try:
+        prof.fingerprint = _fingerprint(threads=1)
+        assert use_profile_threads(prof) == 1 == torch.get_num_threads()
+        assert use_profile_threads(prof, 2) == 2 == torch.get_num_threads()
+        prof.fingerprint = {k: v for k, v in _fingerprint().items() if k != "threads"}
+        torch.set_num_threads(1)
+        assert use_profile_threads(prof) == 1  # no count recorded: left as it is
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_check_compatible():
     prof = linear_profile()
     prof.fingerprint = _fingerprint()

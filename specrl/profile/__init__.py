@@ -5,7 +5,12 @@ refuses a profile measured on other hardware or another model pair; ``measure_pr
 (in :mod:`specrl.profile.measure`) measures one with the real engine.
 """
 
-from specrl.profile.fingerprint import check_compatible, device_name, pair_fingerprint
+from specrl.profile.fingerprint import (
+    check_compatible,
+    device_name,
+    pair_fingerprint,
+    use_profile_threads,
+)
 from specrl.profile.schema import Profile, load_profile, profile_from_json
 
 __all__ = [
@@ -15,4 +20,5 @@ __all__ = [
     "load_profile",
     "pair_fingerprint",
     "profile_from_json",
+    "use_profile_threads",
 ]

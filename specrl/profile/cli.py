@@ -57,7 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own choice; with --check, the profile's)",
     )
     parser.add_argument("--k-max", type=int, default=4)
     parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128])
@@ -142,11 +145,12 @@ def _load_pair(args: argparse.Namespace):
 
 
 def _check(args: argparse.Namespace) -> int:
-    from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+    from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
     from specrl.profile.freshness import TOLERANCE, check_freshness
     from specrl.profile.schema import load_profile
 
     profile = load_profile(args.check)
+    threads = use_profile_threads(profile, args.threads)
     pair = _load_pair(args)
     check_compatible(
         profile,
@@ -157,7 +161,8 @@ def _check(args: argparse.Namespace) -> int:
     report = check_freshness(profile, pair, device=args.device, seed=args.seed)
     print(
         f"{args.check} (measured {profile.meta.get('created', '?')} on "
-        f"{profile.fingerprint.get('device')}), timed now in {report.seconds:.1f} s:"
+        f"{profile.fingerprint.get('device')}), timed now with {threads} torch thread(s) in "
+        f"{report.seconds:.1f} s:"
     )
     print(report.format())
     if report.fresh:
