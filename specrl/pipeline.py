@@ -162,7 +162,6 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
 
 def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
-
     from specrl.compare import best_static, compare_policies, compare_surrogate
     from specrl.envs import LiveSpecEnv
     from specrl.models import load_default_pair

@@ -67,6 +67,13 @@ def profile_reference(profile: Profile, max_batch: int, k_max: int) -> np.ndarra
     return np.max(per_k, axis=0)
 
 
+def decode_part(info: dict) -> tuple[int, float]:
+    """The committed tokens and seconds of an env step's decode: its ``info`` less the
+    admissions' prefill (their first tokens and seconds), which costs the same whatever K.
+    The reward's reference rates and their floor both average this part."""
+    return info["committed"] - info["admitted"], info["step_time_s"] - info["prefill_s"]
+
+
 class RateReference:
     """``rho(B)``: the tokens/s the training steps at ``B`` rows achieve while decoding,
     shared by every training env (one process). Per batch size, the decode's committed tokens
@@ -114,7 +121,7 @@ class RateReference:
         for long steps."""
         committed, seconds = info["committed"], info["step_time_s"]
         reward = (committed - self.rate(key) * seconds) / scale
-        self.observe(key, committed - info["admitted"], seconds - info["prefill_s"])
+        self.observe(key, *decode_part(info))
         return reward
 
     def observe(self, rows: int, committed: int, seconds: float) -> None:
@@ -463,8 +470,9 @@ def warm_start(
             obs, _, terminated, truncated, info = env.step(k)
             done = terminated or truncated
             rows = max(info["batch"], 1)
-            tokens[rows] += info["committed"] - info["admitted"]
-            seconds[rows] += info["step_time_s"] - info["prefill_s"]
+            decoded, decode_s = decode_part(info)
+            tokens[rows] += decoded
+            seconds[rows] += decode_s
             steps[rows] += 1
     if reference is not None:
         reference.set_floor(tokens, seconds, steps)
