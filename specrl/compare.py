@@ -3,7 +3,9 @@
 For each episode seed, every policy serves the same trace in turn (a busy spell on the machine
 then hits all of them alike). Per policy: aggregate tokens/s (the objective), tokens/s per
 batch bucket, the share of steps at each K, and per-request time per output token (TPOT, p50
-and p99), the latency a single stream sees.
+and p99), the latency a single stream sees. With more than one episode, the table also gives
+the lowest and highest per-episode ratio to the best static policy on the same trace: live, a
+difference inside that range is not one a single run can tell from the machine's noise.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ class PolicyResult:
     """Share of steps at each K (``"0"`` .. ``"k_max"``)."""
     tpot_p50_s: float
     tpot_p99_s: float
+    bucket_steps: dict[str, int] = field(default_factory=dict)
+    """Steps in each bucket of ``bucket_tokens_per_s``, over all episodes: a rate from a
+    handful of steps (a trace's drain at one row) says little."""
+    episode_tokens_per_s: list[float] = field(default_factory=list)
+    """Tokens/s of each episode, in seed order: every policy's episode ``i`` served the same
+    trace, so ratios between policies pair up episode by episode."""
     episodes: list = field(default_factory=list, repr=False)
     """The :class:`~specrl.envs.EpisodeResult` of each episode (not written to files)."""
 
@@ -48,6 +56,8 @@ class PolicyResult:
             "k_share": self.k_share,
             "tpot_p50_s": None if math.isnan(self.tpot_p50_s) else self.tpot_p50_s,
             "tpot_p99_s": None if math.isnan(self.tpot_p99_s) else self.tpot_p99_s,
+            "bucket_steps": self.bucket_steps,
+            "episode_tokens_per_s": self.episode_tokens_per_s,
         }
 
 
@@ -84,6 +94,15 @@ class ComparisonReport:
     def result(self, policy: str) -> PolicyResult | None:
         return next((r for r in self.results if r.policy == policy), None)
 
+    def paired_ratios(self, policy: str, reference: str) -> list[float]:
+        """Per episode, ``policy``'s tokens/s over ``reference``'s on the same trace: how a
+        ratio of the aggregates varies from trace to trace (and, live, with the machine)."""
+        a, b = self.result(policy), self.result(reference)
+        if a is None or b is None:
+            missing = policy if a is None else reference
+            raise SpecrlError(f"no policy named {missing!r} in this comparison")
+        return [x / y for x, y in zip(a.episode_tokens_per_s, b.episode_tokens_per_s) if y > 0]
+
     def to_json(self) -> dict:
         best = self.best_static
         return {
@@ -104,12 +123,17 @@ class ComparisonReport:
         buckets = [
             b for b in BUCKET_LABELS if any(b in r.bucket_tokens_per_s for r in self.results)
         ]
-        head = ["policy", "tokens/s", "/ best static", "/ off"]
-        head += [f"B {b}" for b in buckets] + ["TPOT p50 ms", "TPOT p99 ms"]
+        spread = best is not None and self.episodes > 1
+        head = ["policy", "tokens/s", "/ best static"]
+        head += ["min-max per episode"] if spread else []
+        head += ["/ off"] + [f"B {b}" for b in buckets] + ["TPOT p50 ms", "TPOT p99 ms"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.results:
             cells = [r.policy, f"{r.tokens_per_s:.0f}"]
             cells.append(f"{r.tokens_per_s / best.tokens_per_s:.3f}" if best else "-")
+            if spread:
+                ratios = self.paired_ratios(r.policy, best.policy)
+                cells.append(f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-")
             cells.append(f"{r.tokens_per_s / off.tokens_per_s:.3f}" if off else "-")
             cells += [
                 f"{r.bucket_tokens_per_s[b]:.0f}" if b in r.bucket_tokens_per_s else "-"
@@ -123,6 +147,14 @@ class ComparisonReport:
             lines.append(
                 "best static per bucket: "
                 + ", ".join(f"B {label}: {name}" for label, name in per_bucket.items())
+            )
+        fewest = {
+            b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes for b in buckets
+        }
+        if any(r.bucket_steps for r in self.results):
+            lines.append(
+                "fewest steps per episode in a bucket, over the policies: "
+                + ", ".join(f"B {b}: {n:.1f}" for b, n in fewest.items())
             )
         return "\n".join(lines)
 
@@ -154,15 +186,16 @@ def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
     """A :class:`PolicyResult` from the policy's :class:`~specrl.envs.EpisodeResult` list."""
     tokens = sum(e.tokens for e in episodes)
     seconds = sum(e.seconds for e in episodes)
-    by_bucket: dict[str, list[float]] = {}
+    by_bucket: dict[str, list[float]] = {}  # label: [tokens, seconds, steps]
     k_steps = [0] * (k_max + 1)
     steps = 0
     for e in episodes:
         for b, k, t, s in zip(e.step_batch, e.step_k, e.step_tokens, e.step_seconds):
             if b > 0:
-                acc = by_bucket.setdefault(batch_bucket(b), [0.0, 0.0])
+                acc = by_bucket.setdefault(batch_bucket(b), [0.0, 0.0, 0])
                 acc[0] += t
                 acc[1] += s
+                acc[2] += 1
             k_steps[k] += 1
             steps += 1
     tpot = [x for e in episodes for x in e.request_tpot_s]
@@ -175,8 +208,14 @@ def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
             if label in by_bucket and by_bucket[label][1] > 0
         },
         k_share={str(k): n / steps if steps else 0.0 for k, n in enumerate(k_steps)},
+        bucket_steps={
+            label: by_bucket[label][2]
+            for label in BUCKET_LABELS
+            if label in by_bucket and by_bucket[label][1] > 0
+        },
         tpot_p50_s=_percentile(tpot, 50),
         tpot_p99_s=_percentile(tpot, 99),
+        episode_tokens_per_s=[e.tokens_per_s for e in episodes],
         episodes=episodes,
     )
 

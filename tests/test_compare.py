@@ -31,6 +31,7 @@ def test_summarize_aggregates_steps_by_bucket_and_k():
     r = summarize("x", [a, b], k_max=2)
     assert r.tokens_per_s == pytest.approx(16 / 3.0)
     assert r.bucket_tokens_per_s == pytest.approx({"1": 5.0, "2-4": 9 / 0.8, "65-128": 3.0})
+    assert r.bucket_steps == {"1": 1, "2-4": 2, "65-128": 1}
     assert r.k_share == pytest.approx({"0": 0.25, "1": 0.25, "2": 0.5})
     assert (r.tpot_p50_s, r.tpot_p99_s) == pytest.approx((0.2, 0.298))
 
@@ -54,6 +55,29 @@ def test_every_policy_serves_the_same_traces():
     # The oracle's myopic choice beats always-off on this profile and workload.
     assert report.result("oracle").tokens_per_s > off.tokens_per_s
     assert "best static:" in report.format()
+
+
+def test_paired_ratios_pair_episodes_on_the_same_trace():
+    env = _env()
+    policies = [make_policy(s, env=env) for s in ("off", "fixed:2")]
+    report = compare_policies(env, policies, seed=3, episodes=3, progress=False)
+    off, k2 = report.result("off"), report.result("K=2")
+    assert off.episode_tokens_per_s == [e.tokens / e.seconds for e in off.episodes]
+    ratios = report.paired_ratios("K=2", "off")
+    assert ratios == pytest.approx(
+        [a.tokens / a.seconds / (b.tokens / b.seconds) for a, b in zip(k2.episodes, off.episodes)]
+    )
+    assert len(ratios) == 3 and len(set(ratios)) == 3  # three traces, three ratios
+    best = report.best_static.policy
+    other = "off" if best == "K=2" else "K=2"
+    spread = report.paired_ratios(other, best)
+    row = next(line for line in report.format().splitlines() if line.startswith(f"| {other} |"))
+    assert f"| {min(spread):.2f}-{max(spread):.2f} |" in row
+    assert "min-max per episode" in report.format()
+    fewest = min(r.bucket_steps["1"] for r in report.results) / 3
+    assert f"B 1: {fewest:.1f}" in report.format().splitlines()[-1]
+    with pytest.raises(SpecrlError, match="'K=9'"):
+        report.paired_ratios("K=9", "off")
 
 
 def test_cli_writes_json_and_csv(tmp_path, capsys):
@@ -107,7 +131,11 @@ def test_cli_writes_json_and_csv(tmp_path, capsys):
         "k_share",
         "tpot_p50_s",
         "tpot_p99_s",
+        "bucket_steps",
+        "episode_tokens_per_s",
     }
+    assert set(first["bucket_steps"]) == set(first["bucket_tokens_per_s"])
+    assert first["episode_tokens_per_s"] == [first["tokens_per_s"]]  # one episode
     assert [r["policy"] for r in data["results"]] == ["off", "K=1", "K=3", "hf", "ema", "oracle"]
     static = [r for r in data["results"] if r["policy"] in ("off", "K=1", "K=3")]
     best = max(static, key=lambda r: r["tokens_per_s"])
