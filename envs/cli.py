@@ -125,20 +125,28 @@ def validate(args: argparse.Namespace) -> int:
         )
         profile.save(args.profile)
         print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
+    from tqdm.auto import tqdm
+
     rows = []
+    bar = tqdm(total=len(setups) * len(specs) * args.live_repeats, desc="live episodes")
     for trace, common, live in setups:
         surrogate = SurrogateSpecEnv(profile=profile, **common)
         policies = [make_policy(spec, env=surrogate) for spec in specs]
+        bar.set_postfix_str(f"trace {trace.name}")
         runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
         trace_rows = compare_runs(
-            runs.run_all(), surrogate, policies, surrogate_seeds=args.surrogate_seeds
+            runs.run_all(on_episode=lambda _: bar.update()),
+            surrogate,
+            policies,
+            surrogate_seeds=args.surrogate_seeds,
         )
-        print(
+        tqdm.write(
             f"\ntrace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} "
             f"tokens, peak {common['max_batch']}; profile {args.profile}"
         )
-        print(format_comparison(trace_rows))
+        tqdm.write(format_comparison(trace_rows))
         rows += trace_rows
+    bar.close()
     off_band = [r for r in rows if not 0.9 <= r.ratio <= 1.1]
     print(
         f"\n{len(rows) - len(off_band)} of {len(rows)} ratios within 0.9-1.1"

@@ -30,6 +30,9 @@ class EpisodeResult:
     """Per step: the acceptance estimate the controller observed after the step."""
     request_tpot_s: list[float] = field(default_factory=list)
     """Per finished request: time per output token after the first (serving clock)."""
+    prefill_seconds: float = 0.0
+    """Of ``seconds``, the admissions' prefill (the rest is decoding and the draft's
+    catch-up)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -62,6 +65,7 @@ def run_episode(
         result.episode_return += float(reward)
         result.tokens += info["committed"]
         result.seconds += info["step_time_s"]
+        result.prefill_seconds += info["prefill_s"]
         if info["step_time_s"] > 0:
             rate_sum += info["committed"] / info["step_time_s"]
         result.steps += 1

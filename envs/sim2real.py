@@ -2,10 +2,15 @@
 
 Two things are compared per policy: the objective (aggregate tokens/s) and what the controller
 sees (the acceptance estimate of the observation, per step: its mean and standard deviation).
+A tokens/s ratio off 1 is split into where the time went: seconds per episode spent decoding
+(verify, draft, catch-up) and prefilling admissions, surrogate over live. The trace's tokens
+are the same in both, so the two parts say which of the profile's costs is off.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -23,14 +28,39 @@ class Comparison:
     surrogate_acceptance_mean: float = 0.0
     surrogate_acceptance_std: float = 0.0
     trace: str = ""
+    live_decode_s: float = math.nan
+    """Seconds per episode outside the admissions' prefill (mean over episodes)."""
+    surrogate_decode_s: float = math.nan
+    live_prefill_s: float = math.nan
+    """Seconds per episode prefilling admitted requests (mean over episodes)."""
+    surrogate_prefill_s: float = math.nan
 
     @property
     def ratio(self) -> float:
         """Surrogate tokens/s over live tokens/s; the goal is 0.9-1.1."""
         return self.surrogate_tokens_per_s / self.live_tokens_per_s
 
+    @property
+    def decode_ratio(self) -> float:
+        """Surrogate decode seconds over live: above 1, the profile's step times run slow."""
+        return _over(self.surrogate_decode_s, self.live_decode_s)
+
+    @property
+    def prefill_ratio(self) -> float:
+        """Surrogate prefill seconds over live."""
+        return _over(self.surrogate_prefill_s, self.live_prefill_s)
+
     def to_json(self) -> dict:
-        return {**asdict(self), "ratio": self.ratio}
+        return {
+            **asdict(self),
+            "ratio": self.ratio,
+            "decode_ratio": self.decode_ratio,
+            "prefill_ratio": self.prefill_ratio,
+        }
+
+
+def _over(a: float, b: float) -> float:
+    return a / b if b else math.nan
 
 
 class LiveRuns:
@@ -45,14 +75,20 @@ class LiveRuns:
         if warmup_steps:  # discarded: the first steps of a process are slow
             run_episode(live, policies[-1], seed=seed, max_steps=warmup_steps)
 
-    def run_next(self, *_) -> None:
-        if self.todo:
-            policy = self.todo.pop(0)
-            self.results[policy.name].append(run_episode(self.live, policy, seed=self.seed))
+    def run_next(self, *_) -> str | None:
+        """Play the next episode; returns its policy's name (None when all are played)."""
+        if not self.todo:
+            return None
+        policy = self.todo.pop(0)
+        self.results[policy.name].append(run_episode(self.live, policy, seed=self.seed))
+        return policy.name
 
-    def run_all(self) -> dict[str, list]:
+    def run_all(self, on_episode: Callable[[str], None] | None = None) -> dict[str, list]:
+        """Play every episode left; ``on_episode(policy_name)`` after each (a progress bar)."""
         while self.todo:
-            self.run_next()
+            name = self.run_next()
+            if on_episode is not None:
+                on_episode(name)
         return self.results
 
 
@@ -89,6 +125,10 @@ def compare_runs(
                 *_acceptance_stats(live),
                 *_acceptance_stats(sims),
                 trace=trace,
+                live_decode_s=_mean_part(live, decode=True),
+                surrogate_decode_s=_mean_part(sims, decode=True),
+                live_prefill_s=_mean_part(live, decode=False),
+                surrogate_prefill_s=_mean_part(sims, decode=False),
             )
         )
     return rows
@@ -96,6 +136,12 @@ def compare_runs(
 
 def _aggregate(results) -> float:
     return sum(r.tokens for r in results) / sum(r.seconds for r in results)
+
+
+def _mean_part(results, *, decode: bool) -> float:
+    """Mean seconds per episode decoding (``decode``) or prefilling."""
+    parts = [r.seconds - r.prefill_seconds if decode else r.prefill_seconds for r in results]
+    return float(np.mean(parts))
 
 
 def _acceptance_stats(results) -> tuple[float, float]:
@@ -107,13 +153,17 @@ def _acceptance_stats(results) -> tuple[float, float]:
 def format_comparison(rows: list[Comparison]) -> str:
     lines = [
         "| policy | live tokens/s | surrogate tokens/s | surrogate / live "
+        "| decode s, surrogate / live | prefill s, surrogate / live "
         "| acceptance obs live (mean ± std) | surrogate |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.policy} | {r.live_tokens_per_s:.0f} | {r.surrogate_tokens_per_s:.0f} | "
-            f"{r.ratio:.2f} | {r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
+            f"{r.ratio:.2f} | {r.surrogate_decode_s:.2f} / {r.live_decode_s:.2f} "
+            f"({r.decode_ratio:.2f}) | {r.surrogate_prefill_s:.2f} / {r.live_prefill_s:.2f} "
+            f"({r.prefill_ratio:.2f}) | "
+            f"{r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
             f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f} |"
         )
     return "\n".join(lines)

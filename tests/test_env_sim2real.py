@@ -32,12 +32,27 @@ def test_compare_runs_each_policy_live_and_simulated(micro_pair):
     for r in rows:
         assert r.live_tokens_per_s > 0 and r.surrogate_tokens_per_s > 0
         assert r.ratio == pytest.approx(r.surrogate_tokens_per_s / r.live_tokens_per_s)
+        # Decode and prefill split each episode's seconds; the trace's tokens are fixed.
+        assert r.live_decode_s + r.live_prefill_s == pytest.approx(
+            trace.total_tokens / r.live_tokens_per_s
+        )
+        assert r.surrogate_decode_s + r.surrogate_prefill_s == pytest.approx(
+            trace.total_tokens / r.surrogate_tokens_per_s
+        )
+        assert 0 < r.live_prefill_s < r.live_decode_s
+        assert 0 < r.surrogate_prefill_s < r.surrogate_decode_s
+        assert r.to_json()["decode_ratio"] == pytest.approx(r.surrogate_decode_s / r.live_decode_s)
         if r.policy == "off":  # nothing drafted: the estimate stays at 0
             assert r.live_acceptance_mean == r.surrogate_acceptance_mean == 0.0
         else:
             assert 0 < r.live_acceptance_mean <= 1 and 0 < r.surrogate_acceptance_mean <= 1
     table = format_comparison(rows).splitlines()
     assert table[0].startswith("| policy | live tokens/s | surrogate tokens/s | surrogate / live")
+    assert "| decode s, surrogate / live | prefill s, surrogate / live |" in table[0]
+    off = rows[0]
+    assert (
+        f"({off.decode_ratio:.2f}) | " in table[2] and f"({off.prefill_ratio:.2f}) | " in table[2]
+    )
     assert len(table) == 2 + len(policies)
 
 
