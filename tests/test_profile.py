@@ -302,3 +302,13 @@ def test_cost_points_are_medians_made_non_decreasing():
     out = _monotone_points(pairs)
     assert out["tokens"] == [10.0, 40.0, 100.0]
     assert out["seconds"] == pytest.approx([0.01125, 0.01125, 0.021])
+
+
+def test_the_rest_of_a_k0_step_keeps_its_setup():
+    from specrl.profile.measure import rest_of_step
+
+    step = {"total": 0.030, "verify": 0.025, "prefill": 0.002, "catchup": 0.0}
+    # K=0: the "draft" interval is setup, and K=0 has no draft column: it stays in the rest.
+    assert rest_of_step({**step, "k": 0, "draft": 0.001}) == pytest.approx(0.003)
+    # K>0: the draft column holds the proposals (and catch-up is charged apart).
+    assert rest_of_step({**step, "k": 2, "draft": 0.001}) == pytest.approx(0.002)

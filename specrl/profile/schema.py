@@ -10,7 +10,8 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 
 * ``verify_s[b][k][c]``: the target forward over K+1 tokens per row.
 * ``draft_s[b][k][c]``: the draft's K proposals, without catch-up (0 for K=0).
-* ``overhead_s[b][k]``: the rest of a step (sampling, bookkeeping, retiring rows).
+* ``overhead_s[b][k]``: the rest of a step (sampling, bookkeeping, retiring rows; at K=0
+  also the setup before the target forward).
 * ``time_log_sigma[b]``: spread of a step's time around the table: robust standard deviation
   (1.4826 * MAD) of ``log(measured / table)`` over the steps at batch size ``b``.
 * ``prefill`` and ``catchup``: ``{"tokens": [...], "seconds": [...]}``: the target's prompt
