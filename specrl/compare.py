@@ -148,10 +148,11 @@ class ComparisonReport:
                 "best static per bucket: "
                 + ", ".join(f"B {label}: {name}" for label, name in per_bucket.items())
             )
-        fewest = {
-            b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes for b in buckets
-        }
         if any(r.bucket_steps for r in self.results):
+            fewest = {
+                b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes
+                for b in buckets
+            }
             lines.append(
                 "fewest steps per episode in a bucket, over the policies: "
                 + ", ".join(f"B {b}: {n:.1f}" for b, n in fewest.items())
@@ -199,20 +200,13 @@ def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
             k_steps[k] += 1
             steps += 1
     tpot = [x for e in episodes for x in e.request_tpot_s]
+    rated = [label for label in BUCKET_LABELS if label in by_bucket and by_bucket[label][1] > 0]
     return PolicyResult(
         policy=policy,
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
-        bucket_tokens_per_s={
-            label: by_bucket[label][0] / by_bucket[label][1]
-            for label in BUCKET_LABELS
-            if label in by_bucket and by_bucket[label][1] > 0
-        },
+        bucket_tokens_per_s={label: by_bucket[label][0] / by_bucket[label][1] for label in rated},
         k_share={str(k): n / steps if steps else 0.0 for k, n in enumerate(k_steps)},
-        bucket_steps={
-            label: by_bucket[label][2]
-            for label in BUCKET_LABELS
-            if label in by_bucket and by_bucket[label][1] > 0
-        },
+        bucket_steps={label: by_bucket[label][2] for label in rated},
         tpot_p50_s=_percentile(tpot, 50),
         tpot_p99_s=_percentile(tpot, 99),
         episode_tokens_per_s=[e.tokens_per_s for e in episodes],
