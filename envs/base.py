@@ -168,7 +168,7 @@ class SpecEnvBase(gym.Env):
         first_token_s = driver.clock_s + served.prefill_seconds
         driver.advance(served.seconds, len(served.finished))
         self._track_latency(served, first_token_s, driver.clock_s)
-        self._tracker.observe(served.drafted, served.accepted)
+        self._tracker.observe(served.drafted, served.accepted, k)
         self._last_seconds, self._last_context, self._last_k = served.seconds, served.context, k
         self.episode_tokens += served.committed
         self.episode_seconds += served.seconds

@@ -3,47 +3,15 @@ step times and the observed acceptance."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.policies.base import (
-    ACCEPTANCE,
-    CONTEXT,
-    STALENESS,
-    StatefulKPolicy,
-    check_int,
-    drafted_last_step,
-    last_k,
-    rows_in_batch,
-)
+from specrl.features import conditional_acceptance, drafted_acceptance
+from specrl.policies.base import ACCEPTANCE, CONTEXT, STALENESS, KPolicy, check_int, rows_in_batch
 from specrl.profile import Profile, load_profile
 from specrl.profile.costs import StepCosts
-
-
-def drafted_acceptance(a: float, k: int) -> float:
-    """Expected accepted / drafted at K draft tokens when each is accepted with conditional
-    probability ``a``: ``(a + a^2 + ... + a^K) / K``."""
-    return sum(a**i for i in range(1, k + 1)) / k
-
-
-def conditional_acceptance(rate: float, k: int) -> float:
-    """The constant conditional per-position acceptance ``a`` with
-    ``drafted_acceptance(a, k) == rate``, by bisection (the left side grows with ``a``)."""
-    if rate <= 0.0:
-        return 0.0
-    if rate >= 1.0:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        if drafted_acceptance(mid, k) < rate:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def expected_tokens(a: float, k: int) -> float:
@@ -52,27 +20,18 @@ def expected_tokens(a: float, k: int) -> float:
     return sum(a**i for i in range(k + 1))
 
 
-@dataclass
-class _GoodputState:
-    drafted_k: int = 0
-    """K of the last step that drafted; 0 before one."""
-    acted: bool = False
-
-
-class Goodput(StatefulKPolicy):
+class Goodput(KPolicy):
     """SmartSpec/TurboSpec's goodput rule (Liu et al. 2024, "Optimizing speculative decoding
     for serving LLMs using goodput"), also vLLM's adaptive-K (PR #47111): per step, the K
     maximizing ``B * E(K) / step_seconds(B, K, context)``.
 
     * ``B`` and the context come from the observation; step times from the profile
       (:class:`~specrl.profile.costs.StepCosts`, the tables the surrogate charges).
-    * ``E(K) = 1 + a + ... + a^K`` with one conditional acceptance ``a`` per position, found
-      by inverting ``r = (a + ... + a^K') / K'``: ``r`` is the observed acceptance estimate
-      (accepted / drafted) and ``K'`` the K of the last step that drafted. Measured
-      acceptance decays with position, so a constant ``a`` overestimates long drafts, as
-      the papers' model does.
-    * The estimate is the observation's EMA (:class:`~specrl.features.AcceptanceTracker`,
-      started at the first measured rate).
+    * ``E(K) = 1 + a + ... + a^K`` with one conditional acceptance ``a`` per position: the
+      observation's acceptance estimate, an EMA of each drafting step's per-token acceptance
+      (:class:`~specrl.features.AcceptanceTracker`, started at the first measured step).
+      Measured acceptance decays with position, so a constant ``a`` overestimates long
+      drafts, as the papers' model does.
     * With nothing to measure from (staleness 1: no step drafted in
       :data:`~specrl.features.STALE_STEPS` steps, as at an episode's start) it drafts
       ``probe_k`` for one step to measure acceptance again.
@@ -118,19 +77,16 @@ class Goodput(StatefulKPolicy):
         ]
         return int(np.argmax(goodput))
 
-    def _fresh_state(self) -> _GoodputState:
-        return _GoodputState()
+    def _act(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        batches = rows_in_batch(rows, self.max_batch)
+        return np.array([self._decide(int(b), row) for b, row in zip(batches, rows)])
 
-    def _decide(self, state: _GoodputState, row: np.ndarray) -> int:
-        if state.acted and drafted_last_step(row):
-            state.drafted_k = last_k(row, self.k_max)
-        state.acted = True
-        batch = int(rows_in_batch(row[None], self.max_batch)[0])
+    def _decide(self, batch: int, row: np.ndarray) -> int:
         if batch == 0:
             return 0
         if row[STALENESS] >= 1.0:
             return self.probe_k
-        rate = float(row[ACCEPTANCE])
-        k_measured = state.drafted_k or last_k(row, self.k_max) or self.k_max
-        a = conditional_acceptance(rate, k_measured)
-        return self.best_k(batch, row[CONTEXT] * self.max_len, a)
+        return self.best_k(batch, row[CONTEXT] * self.max_len, float(row[ACCEPTANCE]))
+
+
+__all__ = ["Goodput", "conditional_acceptance", "drafted_acceptance", "expected_tokens"]

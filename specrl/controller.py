@@ -11,7 +11,7 @@ Use::
     while serving:
         k = controller.choose_k(batch_size, context_len=longest_row)
         drafted, accepted = engine.step(k)            # over the whole batch
-        controller.observe(drafted, accepted)
+        controller.observe(drafted, accepted)         # the step ran the K chosen above
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class LookupController:
         "_stale_index",
         "_probe_after",
         "_probe_k",
+        "_last_k",
     )
 
     def __init__(
@@ -85,6 +86,7 @@ class LookupController:
         self._context_starts = tuple(table.context_starts) if table.context_bins else None
         self._probe_after = table.probe["after_steps"]
         self._probe_k = table.probe["k"]
+        self._last_k = 0
         # One tuple per (bucket, context bin): K per acceptance bin, then the stale K.
         by_bucket = [
             tuple((*table.cell(b, c), table.stale(b, c)) for c in range(table.n_context))
@@ -104,11 +106,14 @@ class LookupController:
     def reset(self) -> None:
         """Forget the acceptance measured so far (a new deployment of the same table)."""
         self.tracker.reset()
+        self._last_k = 0
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, k: int | None = None) -> None:
         """Count the step just run: ``drafted`` draft tokens over the whole batch, of which
-        ``accepted`` were accepted (0 and 0 for a step with K=0)."""
-        self.tracker.observe(drafted, accepted)
+        ``accepted`` were accepted (0 and 0 for a step with K=0). ``k``: the K the step ran
+        with; None means the K that :meth:`choose_k` returned last. The estimate is the
+        per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`)."""
+        self.tracker.observe(drafted, accepted, self._last_k if k is None else k)
 
     def choose_k(self, batch_size: int, step_time_s=None, context_len=None) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
@@ -127,7 +132,8 @@ class LookupController:
         else:
             k = cells[bisect_right(self._inner_edges, tracker.estimate)]
         if k == 0 and since >= self._probe_after:
-            return self._probe_k
+            k = self._probe_k
+        self._last_k = k
         return k
 
 

@@ -4,8 +4,11 @@ the baselines in ``policies/`` and a serving-side controller reading an exported
 Pure Python on purpose (no numpy, torch or gymnasium): a serving stack imports it on its hot
 path, once per step.
 
-* :class:`AcceptanceTracker`: the acceptance estimate (an EMA of accepted / drafted over steps
-  that drafted), its staleness (steps since a step last drafted) and the last step's rate.
+* :class:`AcceptanceTracker`: the acceptance estimate (an EMA over the steps that drafted of
+  each step's per-token acceptance, which does not depend on the step's K), its staleness
+  (steps since a step last drafted) and the last step's accepted / drafted.
+* :func:`conditional_acceptance`: a step's per-token acceptance from its accepted / drafted
+  and its K.
 * :func:`step_time_feature`: a step's seconds on a log scale in [0, 1].
 * :func:`batch_bucket`: the batch-size buckets that comparisons report by.
 """
@@ -27,6 +30,49 @@ BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 BUCKET_LABELS = tuple(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in BATCH_BUCKETS)
 
 
+def drafted_acceptance(a: float, k: int) -> float:
+    """Expected accepted / drafted at K draft tokens when each is accepted with conditional
+    probability ``a`` (given every earlier one was): ``(a + a^2 + ... + a^K) / K``."""
+    total, power = 0.0, 1.0
+    for _ in range(k):
+        power *= a
+        total += power
+    return total / k
+
+
+def conditional_acceptance(rate: float, k: int) -> float:
+    """The per-token acceptance ``a`` with ``drafted_acceptance(a, k) == rate``: the ``alpha``
+    of Leviathan et al. (2023), which a step's accepted / drafted confounds with its K.
+
+    At the same traffic, accepted / drafted falls as K grows (0.77 at K=1, 0.55 at K=4 on the
+    day workload: later draft positions are reached less often), while ``a`` moves little
+    (0.77 to 0.70, the rest being acceptance that decays with position). Exact for K <= 2;
+    above, Newton's method on ``a + ... + a^K = K * rate`` from ``a = rate^(1/K)``, which is
+    above the root (``rate >= a^K``), so the iterates fall to it monotonically: the left side
+    is increasing and convex on [0, 1]."""
+    if rate <= 0.0:
+        return 0.0
+    if rate >= 1.0:
+        return 1.0
+    if k <= 1:
+        return rate
+    if k == 2:  # a + a^2 = 2 rate
+        return (math.sqrt(1.0 + 8.0 * rate) - 1.0) / 2.0
+    target, a = k * rate, rate ** (1.0 / k)
+    for _ in range(100):
+        total = slope = 0.0
+        power = 1.0  # a^(i-1)
+        for i in range(1, k + 1):
+            slope += i * power
+            power *= a
+            total += power
+        step = (total - target) / slope
+        a -= step
+        if step < 1e-10:
+            break
+    return min(1.0, max(0.0, a))
+
+
 def batch_bucket(batch: int) -> str:
     """The label of the bucket holding ``batch`` rows (``"1"``, ``"2-4"``, ... ``"65-128"``);
     above 128 rows, ``">128"``."""
@@ -46,12 +92,16 @@ def step_time_feature(seconds: float) -> float:
 class AcceptanceTracker:
     """The acceptance a controller knows about, updated after every step.
 
-    * ``estimate``: EMA (weight :data:`ACCEPTANCE_EMA`) of accepted / drafted over the steps
-      that drafted, started at the first such step's rate (not at 0, which would read low
-      for the first several steps); 0 before it.
+    * ``estimate``: EMA (weight :data:`ACCEPTANCE_EMA`), over the steps that drafted, of each
+      step's per-token acceptance (:func:`conditional_acceptance` of its accepted / drafted
+      at its K), started at the first such step's (not at 0, which would read low for the
+      first several steps); 0 before it. Not accepted / drafted itself: that falls as K
+      grows, so a table indexed by it would read the same traffic in another bin after each
+      change of K.
     * ``since_measured``: steps since a step last drafted; :data:`NEVER_MEASURED` until a
       step has drafted (nothing measured yet is fully stale, and due for a probe).
-    * ``last_rate``: accepted / drafted of the last step; 0 when it drafted nothing.
+    * ``last_rate``: accepted / drafted of the last step, as measured; 0 when it drafted
+      nothing.
 
     A step with K=0 drafts nothing, so the estimate is not updated but ages: ``staleness``
     says how much, rather than the estimate being guessed.
@@ -68,15 +118,17 @@ class AcceptanceTracker:
         self.last_rate = 0.0
         self.measured = False
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """Count one step: ``drafted`` draft tokens proposed over the batch, ``accepted`` of
-        them accepted."""
+    def observe(self, drafted: int, accepted: int, k: int) -> None:
+        """Count one step run at ``k`` draft tokens per row: ``drafted`` draft tokens proposed
+        over the batch, ``accepted`` of them accepted. (Rows near their last token draft fewer
+        than ``k``; the step is read as if every row drafted ``k``.)"""
         if drafted > 0:
             rate = accepted / drafted
+            a = conditional_acceptance(rate, k)
             if self.measured:
-                self.estimate += ACCEPTANCE_EMA * (rate - self.estimate)
+                self.estimate += ACCEPTANCE_EMA * (a - self.estimate)
             else:
-                self.estimate, self.measured = rate, True
+                self.estimate, self.measured = a, True
             self.since_measured = 0
             self.last_rate = rate
         else:

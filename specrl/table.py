@@ -1,4 +1,4 @@
-"""The exported K table (format ``"specrl-k-table"``, version 1): what a serving stack reads.
+"""The exported K table (format ``"specrl-k-table"``, version 2): what a serving stack reads.
 
 Pure Python (standard library and :mod:`specrl.errors`, :mod:`specrl.files`,
 :mod:`specrl.features` only): :class:`specrl.controller.LookupController` loads it on a
@@ -9,7 +9,7 @@ acceptance estimate (bins over [0, 1]) and optionally by context length::
 
     {
      "format": "specrl-k-table",
-     "version": 1,
+     "version": 2,
      "k_max": 4,
      "max_batch": 64,
      "batch_buckets": [[1, 8], [9, 32], [33, 64]],
@@ -31,7 +31,10 @@ Fields:
   one after the previous ends, the last ending at ``max_batch``. ``[[1, 1], [2, 2], ...]``
   lists every size.
 * ``acceptance_edges``: ``e_0 = 0 < e_1 < ... < e_n = 1``; bin ``j`` is ``[e_j, e_{j+1})``,
-  the last one closed at 1. The estimate is :class:`specrl.features.AcceptanceTracker`'s.
+  the last one closed at 1. The estimate is :class:`specrl.features.AcceptanceTracker`'s:
+  the per-token acceptance (the chance that a draft token is accepted given the ones before
+  it were), averaged over recent steps. Version 1 tables indexed accepted / drafted, which
+  falls as K grows at the same traffic; they are refused.
 * ``context_bins`` (optional): ``[lo, hi]`` inclusive ranges of the batch's longest row in
   tokens, the first starting at 1, contiguous, the last ``[lo, null]`` (open-ended).
 * ``k``: K per batch bucket and acceptance bin, ``k[bucket][acceptance]``; with context bins
@@ -69,7 +72,7 @@ from specrl.features import NEVER_MEASURED, STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
 
 TABLE_FORMAT = "specrl-k-table"
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 K_MAX_LIMIT = 256
 """No engine drafts more; a larger ``k_max`` is a corrupt file."""
 MAX_BATCH_LIMIT = 65536
@@ -89,6 +92,11 @@ PROVENANCE_KEYS = {
 """Required provenance keys and their JSON types; fingerprint values are strings or numbers."""
 
 _REMAKE = "export the table again with `specrl export --run RUN_DIR --out TABLE.json`"
+_REMAKE_VERSION = (
+    "export a table from a run trained with this specrl (version 1 tables index the "
+    "acceptance as accepted / drafted): `specrl train --out RUN_DIR`, then `specrl export "
+    "--run RUN_DIR --out TABLE.json`"
+)
 _MEANING = {
     "k_max": "the largest K the engine drafts",
     "max_batch": "the largest batch size the table covers",
@@ -194,7 +202,7 @@ class KTable:
 def table_from_json(obj, source: str = "K table") -> KTable:
     """Validate a parsed table file (``source`` names it in errors)."""
     check_header(
-        obj, source, fmt=TABLE_FORMAT, version=TABLE_VERSION, what="K table", remake=_REMAKE
+        obj, source, fmt=TABLE_FORMAT, version=TABLE_VERSION, what="K table", remake=_REMAKE_VERSION
     )
     unknown = sorted(set(obj) - set(_FIELDS) - {"format", "version"})
     if unknown:

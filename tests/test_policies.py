@@ -24,7 +24,6 @@ from specrl.policies import (
     make_policy,
     parse_policies,
 )
-from specrl.policies.goodput import conditional_acceptance, drafted_acceptance
 from specrl.profile.synthetic import linear_profile
 
 MAX_BATCH = 64
@@ -319,23 +318,21 @@ def goodput():
 
 
 def test_goodput_off_at_large_batch_on_at_small(goodput):
-    rate = drafted_acceptance(0.8, 2)
-    assert abs(conditional_acceptance(rate, 2) - 0.8) < 1e-9
+    # The estimate is the per-token acceptance: read as E(K) = 1 + a + ... + a^K directly.
+    def k_at(batch: int, a: float) -> int:
+        return int(goodput.predict(obs(batch=batch, acceptance=a, last_k=2 / 4))[0])
 
-    def first_k(batch: int) -> int:  # a fresh state reads the estimate as it is
-        goodput.reset()
-        return int(goodput.predict(obs(batch=batch, acceptance=rate, last_k=2 / 4))[0])
-
-    assert [first_k(b) for b in (64, 8, 1, 0)] == [0, 1, 3, 0]
+    assert [k_at(b, 0.8) for b in (64, 8, 1, 0)] == [0, 1, 3, 0]
+    # Independent of the last K: the same estimate after a K=4 step picks the same K.
+    assert goodput.predict(obs(batch=8, acceptance=0.8, last_k=1.0))[0] == 1
     assert goodput.name == "goodput"
 
 
 def test_goodput_probes_when_stale(goodput):
     start = goodput.predict(obs(batch=1, staleness=1.0), episode_start=[True])[0]
     assert start == 2  # nothing measured yet: probe
-    # The tracker's EMA starts at the first measured rate, so one probe is enough.
-    rate = drafted_acceptance(0.8, 2)
-    after_probe = obs(batch=1, acceptance=rate, last_k=2 / 4, last_accept=rate)
+    # The tracker's EMA starts at the first measured step, so one probe is enough.
+    after_probe = obs(batch=1, acceptance=0.8, last_k=2 / 4, last_accept=0.72)
     assert goodput.predict(after_probe)[0] == 3
     assert goodput.predict(obs(batch=1, staleness=1.0, acceptance=0.5))[0] == 2
     with pytest.raises(SpecrlError, match="above the profile's k_max"):

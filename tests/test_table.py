@@ -38,7 +38,7 @@ def plain_json() -> dict:
     """Batch 1-4 / 5-8 / 9-16, acceptance [0, .5) [.5, .8) [.8, 1]."""
     return {
         "format": "specrl-k-table",
-        "version": 1,
+        "version": 2,
         "k_max": 4,
         "max_batch": 16,
         "batch_buckets": [[1, 4], [5, 8], [9, 16]],
@@ -68,7 +68,7 @@ def write(tmp_path: Path, obj, name: str = "table.json") -> Path:
 def at_acceptance(controller: LookupController, acceptance: float) -> LookupController:
     """The controller with a fresh estimate of ``acceptance``."""
     controller.tracker.reset()
-    controller.observe(1000, round(acceptance * 1000))
+    controller.observe(1000, round(acceptance * 1000), k=1)  # at K=1 the rate is the estimate
     return controller
 
 
@@ -156,7 +156,8 @@ MALFORMED = [
     ),
     ("provenance holds NaN", _set(["provenance", "score"], math.nan), "provenance'.score"),
     ("unknown format", _set(["format"], "specrl-profile"), "'format'"),
-    ("unknown version", _set(["version"], 2), "'version'"),
+    ("unknown version", _set(["version"], 3), "'version'"),
+    ("version 1: accepted / drafted", _set(["version"], 1), "version 1 tables index"),
     ("version is a bool", _set(["version"], True), "'version'"),
     ("unknown field", _set(["contxt_bins"], []), "unknown field.*'contxt_bins'"),
     ("context not open-ended", _context(_set(["context_bins", 1, 1], 4096)), "open-ended"),
@@ -319,13 +320,31 @@ def test_context_bins_pick_the_longest_row():
 def test_controller_estimate_matches_the_feature_module():
     controller = LookupController(table_from_json(plain_json()))
     tracker = AcceptanceTracker()
-    for drafted, accepted in [(8, 6), (0, 0), (16, 4), (4, 4), (0, 0)]:
-        controller.observe(drafted, accepted)
-        tracker.observe(drafted, accepted)
+    for drafted, accepted, k in [(8, 6, 2), (0, 0, 0), (16, 4, 4), (4, 4, 1), (0, 0, 0)]:
+        controller.observe(drafted, accepted, k)
+        tracker.observe(drafted, accepted, k)
         assert (controller.tracker.estimate, controller.tracker.staleness) == (
             tracker.estimate,
             tracker.staleness,
         )
+
+
+def test_controller_reads_a_step_at_the_k_it_chose():
+    """Without ``k``, ``observe`` reads the step at the K ``choose_k`` returned last: the same
+    6 of 8 accepted is a per-token 0.75 at K=1 and ``(sqrt(7) - 1) / 2`` at K=2
+    (``a + a^2 = 1.5``)."""
+    controller = at_acceptance(LookupController(table_from_json(plain_json())), 0.9)
+    assert controller.choose_k(9) == 1
+    controller.tracker.reset()
+    controller.observe(8, 6)
+    assert controller.tracker.estimate == 0.75
+    assert controller.choose_k(5) == 2
+    controller.tracker.reset()
+    controller.observe(8, 6)
+    assert controller.tracker.estimate == pytest.approx((math.sqrt(7) - 1) / 2)
+    controller.tracker.reset()
+    controller.observe(8, 6, k=1)  # told: the engine ran another K
+    assert controller.tracker.estimate == 0.75
 
 
 def test_stale_estimate_uses_the_stale_entry():
@@ -347,14 +366,18 @@ def test_k0_table_probes_then_measures_again():
     controller = LookupController(table_from_json(obj))
     assert controller.choose_k(10) == 2  # nothing measured: probe at once
     controller.observe(20, 15)  # the probe drafted 2 tokens on 10 rows
-    assert controller.tracker.estimate == 0.75 and controller.tracker.since_measured == 0
+    # accepted / drafted 0.75 at K=2: per token a + a^2 = 1.5
+    first = (math.sqrt(7) - 1) / 2
+    assert controller.tracker.estimate == pytest.approx(first)
+    assert controller.tracker.since_measured == 0
     ks = []
     for _ in range(20):
         k = controller.choose_k(10)
         ks.append(k)
         controller.observe(10 * k, 5 * k)
     assert ks == ([0] * 8 + [2]) * 2 + [0, 0]  # one probe after every 8 steps at K=0
-    assert controller.tracker.estimate == pytest.approx(0.640625)  # 0.75, then two EMA steps
+    half = (math.sqrt(5) - 1) / 2  # a + a^2 = 1: 0.5 accepted / drafted at K=2
+    assert controller.tracker.estimate == pytest.approx(half + (first - half) * 0.75**2)
     for _ in range(6):
         controller.observe(0, 0)
     assert controller.choose_k(10) == 2

@@ -299,28 +299,24 @@ def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, 
     assert (reference.floor[~trusted] == 0).all()
 
 
-def test_a_run_written_before_the_floor_resumes_and_exports(tmp_path, profile_path):
+def test_a_version_1_run_is_refused_whole(tmp_path, profile_path):
+    """Version 1 runs observed accepted / drafted: resuming or exporting one is refused with
+    the reason, and nothing in the run directory changes."""
     config = tiny(tmp_path / "run", profile_path, total_timesteps=256, eval_every=0)
     train(config, progress=False)
-    # As written before reference_floor existed: no such config field, no floor saved.
     run = tmp_path / "run"
     for path in [run / "config.json", *run.glob("checkpoints/*/state.json")]:
         obj = json.loads(path.read_text())
-        conf = obj.get("config", obj)
-        del conf["reference_floor"]
-        del conf["warm_start_episodes"]
-        obj.get("reference", {}).pop("floor", None)
+        obj.get("config", obj)["version"] = 1
         path.write_text(json.dumps(obj))
-    old = load_config(run)
-    assert old.reference_floor is False  # how those runs trained
-    assert old.warm_start_episodes == 1
-    result = train(
-        TrainConfig.from_json({**old.to_json(), "total_timesteps": 512}),
-        resume=True,
-        progress=False,
-    )
-    assert result.num_timesteps == 512
-    assert table_from_run(run).k_max == config.k_max
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(SpecrlError, match="'version' is 1.*accepted / drafted"):
+        load_config(run)
+    with pytest.raises(SpecrlError, match="'version' is 1"):
+        train(TrainConfig.from_json({**config.to_json(), "total_timesteps": 512}), resume=True)
+    with pytest.raises(SpecrlError, match="'version' is 1"):
+        table_from_run(run)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_the_floor_is_kept_by_a_surrogate_fine_tune_only_where_the_config_asks(

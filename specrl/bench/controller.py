@@ -53,7 +53,7 @@ def bench_controller(path: str | Path | None = None, calls: int = 1_000_000) -> 
     if calls < 1:
         raise SpecrlError(f"calls must be >= 1, got {calls}")
     controller = LookupController.load(path) if path else LookupController(example_table())
-    controller.observe(8, 6)
+    controller.observe(8, 6, k=2)
     rng = random.Random(0)
     table = controller.table
     batches = [rng.randint(1, table.max_batch) for _ in range(1024)]

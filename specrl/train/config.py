@@ -33,7 +33,7 @@ LAST_MODEL_FILE = "last_model.zip"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FORMAT = "specrl-train-config"
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
 
 DEFAULT_WORKLOADS = (
     "mixed",
@@ -49,9 +49,6 @@ DEFAULT_WORKLOADS = (
 size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
 WANDB_MODES = ("offline", "online", "disabled")
-ADDED_FIELDS = {"reference_floor": False, "warm_start_episodes": 1}
-"""Fields added to version 1 after runs were written without them, with the value that
-matches how those runs trained: a config without one reads as that value."""
 RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out")
 """Fields a resumed run may change; any other difference from the checkpoint is refused."""
 
@@ -295,18 +292,22 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, obj, source: str = "config") -> TrainConfig:
-        """Validate a decoded config; unknown or missing fields reject it whole, except the
-        fields of :data:`ADDED_FIELDS`, which a config written before them lacks."""
+        """Validate a decoded config; unknown or missing fields reject it whole. Version 1
+        runs are refused: their policies observed the acceptance as accepted / drafted, not
+        the per-token acceptance (:class:`~specrl.features.AcceptanceTracker`) that tables
+        and environments now hold."""
         check_header(
             obj,
             source,
             fmt=CONFIG_FORMAT,
             version=CONFIG_VERSION,
             what="training config",
-            remake="start a new run with `specrl train --out RUN_DIR`",
+            remake=(
+                "start a new run with `specrl train --out RUN_DIR` (version 1 runs observed "
+                "the acceptance as accepted / drafted, which this specrl no longer computes)"
+            ),
         )
         names = {f.name for f in fields(cls)}
-        obj = {**ADDED_FIELDS, **obj}
         given = set(obj) - {"format", "version"}
         if given != names:
             unknown, missing = sorted(given - names), sorted(names - given)

@@ -209,7 +209,7 @@ def check_fidelity(
                 if obs[3] == 0.0:  # staleness 0: the estimate is fresh
                     fresh.append(float(obs[2]))
                 obs, _, terminated, truncated, info = env.step(k)
-                shadow.observe(info["drafted"], info["accepted"])
+                shadow.observe(info["drafted"], info["accepted"], int(k))
                 mine["policy"][0] += info["committed"]
                 mine["policy"][1] += info["step_time_s"]
                 done = terminated or truncated
