@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.features import conditional_acceptance, drafted_acceptance
 from specrl.policies.base import ACCEPTANCE, CONTEXT, STALENESS, KPolicy, check_int, rows_in_batch
 from specrl.profile import Profile, load_profile
 from specrl.profile.costs import StepCosts
@@ -87,6 +86,3 @@ class Goodput(KPolicy):
         if row[STALENESS] >= 1.0:
             return self.probe_k
         return self.best_k(batch, row[CONTEXT] * self.max_len, float(row[ACCEPTANCE]))
-
-
-__all__ = ["Goodput", "conditional_acceptance", "drafted_acceptance", "expected_tokens"]
