@@ -4,6 +4,7 @@ rules, state across steps and episodes, and the command-line registry."""
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from specrl.envs.base import OBS_NAMES
 from specrl.errors import SpecrlError
+from specrl.features import ACCEPTANCE_EMA, conditional_acceptance, drafted_acceptance
 from specrl.policies import (
     CONTEXT_INFINITY,
     AcceptEMA,
@@ -317,24 +319,49 @@ def goodput():
     return Goodput(profile, max_batch=MAX_BATCH, max_len=384, k_max=4, probe_k=2)
 
 
-def test_goodput_off_at_large_batch_on_at_small(goodput):
-    # The estimate is the per-token acceptance: read as E(K) = 1 + a + ... + a^K directly.
-    def k_at(batch: int, a: float) -> int:
-        return int(goodput.predict(obs(batch=batch, acceptance=a, last_k=2 / 4))[0])
+def _goodput_after_probe(goodput, rate: float, batch: int = 1) -> int:
+    """K after an episode's probe (K=2) measured ``rate`` = accepted / drafted."""
+    assert goodput.predict(obs(batch=1, staleness=1.0), episode_start=[True])[0] == 2
+    return int(goodput.predict(obs(batch=batch, last_k=2 / 4, last_accept=rate))[0])
 
-    assert [k_at(b, 0.8) for b in (64, 8, 1, 0)] == [0, 1, 3, 0]
-    # Independent of the last K: the same estimate after a K=4 step picks the same K.
-    assert goodput.predict(obs(batch=8, acceptance=0.8, last_k=1.0))[0] == 1
+
+def test_goodput_off_at_large_batch_on_at_small(goodput):
+    # A probe at K=2 measuring (0.8 + 0.8^2) / 2 reads a = 0.8: E(K) = 1 + 0.8 + ... + 0.8^K.
+    rate = drafted_acceptance(0.8, 2)
+    assert [_goodput_after_probe(goodput, rate, b) for b in (64, 8, 1, 0)] == [0, 1, 3, 0]
+    context = 0.25 * 384
+    assert [goodput.best_k(b, context, 0.8) for b in (64, 8, 1)] == [0, 1, 3]
     assert goodput.name == "goodput"
+
+
+def test_goodput_reads_its_own_moving_average_of_the_measured_rate(goodput):
+    # SmartSpec's estimate: an EMA of accepted / drafted (weight ACCEPTANCE_EMA), inverted at
+    # the last drafted K; the observation's own estimate (``acceptance``) is not read.
+    _goodput_after_probe(goodput, 0.72)
+    for batch in (1, 8, 64):
+        k_then = goodput.predict(obs(batch=batch, acceptance=0.0, last_k=0.0, staleness=0.1))[0]
+        assert k_then == goodput.best_k(batch, 0.25 * 384, 0.8)  # a K=0 step: nothing new
+    k = goodput.predict(obs(batch=1, acceptance=0.99, last_k=2 / 4, last_accept=0.32))[0]
+    rate = 0.72 + ACCEPTANCE_EMA * (0.32 - 0.72)
+    a = (math.sqrt(1 + 8 * rate) - 1) / 2  # a + a^2 = 2 * rate
+    assert abs(conditional_acceptance(rate, 2) - a) < 1e-12
+    assert k == goodput.best_k(1, 0.25 * 384, a)
+    # After a K=4 step the average is read at K=4.
+    rate4 = drafted_acceptance(0.5, 4)
+    k4 = goodput.predict(obs(batch=1, last_k=1.0, last_accept=rate4))[0]
+    mixed = rate + ACCEPTANCE_EMA * (rate4 - rate)
+    assert k4 == goodput.best_k(1, 0.25 * 384, conditional_acceptance(mixed, 4))
 
 
 def test_goodput_probes_when_stale(goodput):
     start = goodput.predict(obs(batch=1, staleness=1.0), episode_start=[True])[0]
     assert start == 2  # nothing measured yet: probe
-    # The tracker's EMA starts at the first measured step, so one probe is enough.
-    after_probe = obs(batch=1, acceptance=0.8, last_k=2 / 4, last_accept=0.72)
-    assert goodput.predict(after_probe)[0] == 3
-    assert goodput.predict(obs(batch=1, staleness=1.0, acceptance=0.5))[0] == 2
+    # The EMA starts at the first measured step, so one probe is enough.
+    assert goodput.predict(obs(batch=1, last_k=2 / 4, last_accept=0.72))[0] == 3
+    assert goodput.predict(obs(batch=1, staleness=1.0, last_accept=0.5))[0] == 2
+    # Without an episode start and before any drafting step: probe rather than guess.
+    fresh = Goodput(linear_profile(verify_token_s=1e-3), max_batch=MAX_BATCH, max_len=384, k_max=4)
+    assert fresh.predict(obs(batch=1, staleness=0.5, acceptance=0.9))[0] == 1
     with pytest.raises(SpecrlError, match="above the profile's k_max"):
         Goodput(linear_profile(k_max=2), max_batch=8, max_len=64, k_max=4)
 
