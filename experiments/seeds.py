@@ -7,6 +7,10 @@ baselines on held-out seeds: the mean and standard deviation of every ratio.
 Writes ``OUT/seed-<s>/`` (the run and its table.json), ``OUT/seeds.json`` (every ratio, per
 seed and workload, and their mean and std) and the wandb runs (offline by default: one group
 per seed and workload).
+
+Run again with the same ``--out`` after an interruption: a seed whose run finished is reused,
+one that was stopped continues from its last checkpoint (``specrl train --resume``), and a
+run made with other training arguments is refused.
 """
 
 from __future__ import annotations
@@ -85,12 +89,35 @@ def ratios(report, table_name: str) -> dict[str, float]:
     return out
 
 
+def train_or_continue(config: TrainConfig) -> str:
+    """Train the run ``config`` describes: ``"trained"`` afresh, ``"resumed"`` from the last
+    checkpoint of a run stopped in ``config.out``, or ``"reused"`` when that run finished.
+    A run there made with other arguments (besides ``wandb``) is refused."""
+    from specrl.errors import SpecrlError
+    from specrl.train import load_config, train
+    from specrl.train.config import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
+
+    run_dir = Path(config.out)
+    if not (run_dir / CONFIG_FILE).is_file():
+        train(config)
+        return "trained"
+    changed = [n for n in config.changes_from(load_config(run_dir)) if n not in ("wandb", "out")]
+    if changed:
+        raise SpecrlError(
+            f"{run_dir} holds a run with another {', '.join(changed)}; pass the arguments it was "
+            "made with, or choose another --out"
+        )
+    if (run_dir / SUMMARY_FILE).is_file() and (run_dir / MODEL_FILE).is_file():
+        return "reused"
+    train(config, resume=True)
+    return "resumed"
+
+
 def run(args: Args) -> dict:
     from specrl.compare import compare_surrogate
     from specrl.policies import default_policies
     from specrl.profile import load_profile
     from specrl.report import log_comparison
-    from specrl.train import train
     from specrl.train.export import table_from_run
 
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
@@ -113,8 +140,8 @@ def run(args: Args) -> dict:
             eval_every=args.eval_every,
             wandb=args.wandb,
         )
-        print(f"\nseed {seed}: training {config.out}")
-        train(config)
+        print(f"\nseed {seed}: {config.out}")
+        print(f"seed {seed}: {train_or_continue(config)}")
         table = table_from_run(config.out)
         table_path = out / f"seed-{seed}" / "table.json"
         table.save(table_path)

@@ -68,7 +68,7 @@ def test_compare_script_writes_each_workloads_comparison(tmp_path):
     assert len(list((out / "wandb").glob("offline-run-*"))) == 2 * 3  # 2 policies + summary
 
 
-def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path):
+def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
     seeds = load("seeds")
     out = tmp_path / "seeds"
     args = [
@@ -112,6 +112,60 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path):
     for s in (0, 1):
         assert (out / f"seed-{s}" / "table.json").is_file()
         assert (out / f"seed-{s}" / "run" / "model.zip").is_file()
+
+    # Again with the same --out: both finished runs are reused, the same figures come out.
+    capsys.readouterr()
+    assert seeds.main(args) == 0
+    assert capsys.readouterr().out.count(": reused") == 2
+    assert json.loads((out / "seeds.json").read_text()) == summary
+    # Other training arguments than the runs there were made with: refused, nothing touched.
+    before = (out / "seed-0" / "run" / "model.zip").read_bytes()
+    longer = [*args[: args.index("--total-timesteps") + 1], "512"]
+    longer += args[args.index("--total-timesteps") + 2 :]
+    assert seeds.main(longer) == 2
+    assert "another total_timesteps" in capsys.readouterr().err
+    assert (out / "seed-0" / "run" / "model.zip").read_bytes() == before
+
+
+def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
+    from specrl.profile.synthetic import linear_profile
+    from specrl.train import TrainConfig, latest_checkpoint
+
+    seeds = load("seeds")
+    profile = tmp_path / "linear.json"
+    linear_profile().save(profile)
+    config = TrainConfig(
+        out=str(tmp_path / "run"),
+        total_timesteps=256,
+        workloads=("ramp",),
+        n_requests=8,
+        profile=str(profile),
+        max_batch=8,
+        n_envs=2,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        net_arch=(8,),
+        checkpoint_every=128,
+        eval_every=0,
+        eval_workloads=("ramp",),
+        warm_start="none",
+        wandb="disabled",
+    )
+    assert seeds.train_or_continue(config) == "trained"
+    run = Path(config.out)
+    # As if stopped after the first checkpoint: the last one and the finished files gone.
+    for name in ("summary.json", "model.zip"):
+        (run / name).unlink()
+    last = latest_checkpoint(run).path
+    assert last.name.endswith("256")
+    for f in sorted(last.rglob("*"), reverse=True):
+        f.unlink() if f.is_file() else f.rmdir()
+    last.rmdir()
+    assert latest_checkpoint(run).num_timesteps == 128
+    assert seeds.train_or_continue(config) == "resumed"
+    assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
+    assert seeds.train_or_continue(config) == "reused"
 
 
 def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path):
