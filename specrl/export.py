@@ -3,6 +3,8 @@ stacks' own formats.
 
 * :func:`table_from_policy`: evaluate ``decide(batch, acceptance, context) -> K`` at every
   bin and merge equal neighbouring batch sizes into buckets.
+* :func:`monotone_in_acceptance`: the Ks of one batch size made non-decreasing in the
+  acceptance estimate, changing as few as possible.
 * :func:`to_vllm`: vLLM Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374).
 * :func:`to_trtllm`: TensorRT-LLM ``draft_len_schedule`` in its current upper-bound reading
   (PR #10860).
@@ -55,6 +57,7 @@ def table_from_policy(
     context_bins: list[list[int | None]] | None = None,
     stale_decide: Callable[[int, int], int] | None = None,
     probe: dict | None = None,
+    monotone: bool = False,
 ) -> KTable:
     """A table holding ``decide``'s K at each bin's representative point.
 
@@ -76,6 +79,9 @@ def table_from_policy(
         the worst; the probe rule then measures it where that K is 0).
     :param probe: the probe rule; default ``{"after_steps": STALE_STEPS, "k": 1}``, which
         probes exactly when the estimate becomes fully stale.
+    :param monotone: make each batch size's (and context bin's) Ks non-decreasing in the
+        acceptance estimate (:func:`monotone_in_acceptance`); the provenance's
+        ``monotone_cells_changed`` counts the cells that changed.
     """
     where = "table_from_policy"
     if isinstance(acceptance_edges, tuple):
@@ -104,11 +110,15 @@ def table_from_policy(
         return k
 
     rows = []  # per batch size: (k[context][acceptance], stale[context])
+    changed = 0
     for batch in range(1, n_batch + 1):
         ks = [
             [k_of(decide(batch, a, c), f"decide({batch}, {a}, {c})") for a in points]
             for c in contexts
         ]
+        if monotone:
+            raw, ks = ks, [monotone_in_acceptance(by_acceptance, k_max) for by_acceptance in ks]
+            changed += sum(x != y for r, m in zip(raw, ks) for x, y in zip(r, m))
         if stale_decide is None:
             stale = [by_acceptance[0] for by_acceptance in ks]
         else:
@@ -133,9 +143,41 @@ def table_from_policy(
         k=k,
         stale_k=stale_k,
         probe={"after_steps": STALE_STEPS, "k": 1} if probe is None else probe,
-        provenance=provenance,
+        provenance={**provenance, "monotone_cells_changed": changed} if monotone else provenance,
         source=where,
     )
+
+
+def monotone_in_acceptance(ks: list[int], k_max: int) -> list[int]:
+    """The non-decreasing sequence of Ks in ``0..k_max`` closest to ``ks`` (one batch size's
+    K per acceptance bin, lowest bin first) in the sum of ``|K - K'|``; of equally close
+    ones, the one with the lowest Ks. A sequence already non-decreasing comes back as it is.
+
+    At a fixed batch size a step's time does not depend on acceptance, while the tokens a
+    draft of K+1 adds over one of K, ``a^(K+1)`` at per-token acceptance ``a``, grow with
+    ``a``: the best K never falls as acceptance rises. A learned policy interpolates between
+    the states it visited and can fall (K=1 at middling estimates with off above them, at
+    estimates it rarely met); this keeps what it chose and removes such bands.
+    Exact: dynamic programming over bins and Ks, ``O(len(ks) * k_max)``.
+    """
+    levels = range(k_max + 1)
+    cost = [0] * (k_max + 1)  # cost[v]: the best prefix ending at K=v
+    back = []  # back[j][v]: K of bin j-1 in the best prefix with K=v at bin j
+    for k in ks:
+        best, arg, prefix, args = None, 0, [], []
+        for v in levels:
+            if best is None or cost[v] < best:
+                best, arg = cost[v], v
+            prefix.append(best)
+            args.append(arg)
+        cost = [prefix[v] + abs(v - k) for v in levels]
+        back.append(args)
+    v = min(levels, key=lambda u: (cost[u], u))
+    out = [0] * len(ks)
+    for j in range(len(ks) - 1, -1, -1):
+        out[j] = v
+        v = back[j][v]
+    return out
 
 
 # ---------------------------------------------------------------------- serving stacks

@@ -13,6 +13,7 @@ from specrl.cli import main
 from specrl.controller import LookupController
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
+from specrl.export import monotone_in_acceptance
 from specrl.policies import make_policy
 from specrl.policies.lookup import LookupPolicy
 from specrl.policies.ppo import PROBE, PPOPolicy
@@ -62,18 +63,30 @@ def surrogate(run_dir: Path, workload: str = "ramp") -> SurrogateSpecEnv:
     )
 
 
+def _bucket(table, batch: int) -> int:
+    return next(i for i, (lo, hi) in enumerate(table.batch_buckets) if lo <= batch <= hi)
+
+
 def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir):
+    raw = table_from_run(run_dir, monotone=False)
     table = table_from_run(run_dir)
     policy = PPOPolicy.load(run_dir)
     assert (table.k_max, table.max_batch) == (4, 8)
     assert table.acceptance_edges == list(ACCEPTANCE_EDGES)
     assert table.probe == PROBE
     mids = [(lo + hi) / 2 for lo, hi in zip(ACCEPTANCE_EDGES, ACCEPTANCE_EDGES[1:])]
-    for b, (lo, hi) in enumerate(table.batch_buckets):
-        for batch in range(lo, hi + 1):
-            want = policy.decide(np.full(len(mids), batch), np.asarray(mids), np.zeros(len(mids)))
-            assert table.cell(b) == want.tolist()
-            assert table.stale(b) == int(policy.decide([batch], [0.0], [True])[0])
+    changed = 0
+    for batch in range(1, 9):
+        want = policy.decide(np.full(len(mids), batch), np.asarray(mids), np.zeros(len(mids)))
+        assert raw.cell(_bucket(raw, batch)) == want.tolist()
+        # By default each batch size's Ks are the closest non-decreasing ones.
+        row = table.cell(_bucket(table, batch))
+        assert row == monotone_in_acceptance(want.tolist(), 4) and row == sorted(row)
+        changed += sum(x != y for x, y in zip(row, want.tolist()))
+        for t in (raw, table):
+            assert t.stale(_bucket(t, batch)) == int(policy.decide([batch], [0.0], [True])[0])
+    assert table.provenance["monotone_cells_changed"] == changed
+    assert "monotone_cells_changed" not in raw.provenance
     prov = table.provenance
     assert prov["training_steps"] == 512 and prov["run_id"] == str(run_dir.resolve())
     assert prov["profile_fingerprint"] == linear_profile().fingerprint
@@ -173,6 +186,7 @@ def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
     assert main(args) == 0  # --force: see test_compare_runs_lookup_and_ppo_by_name
     printed = capsys.readouterr().out
     assert "fidelity: the table picks PPO's K" in printed
+    assert "monotone in acceptance: " in printed and " of 800 cells changed" in printed
     table = load_table(native)
     assert 0 < table.provenance["operating_acceptance"] <= 1
     assert table.provenance["fidelity"]["match"] >= 0.99

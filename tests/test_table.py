@@ -17,7 +17,13 @@ import pytest
 import specrl.controller
 from specrl.controller import HARD_FINGERPRINT_KEYS, LookupController
 from specrl.errors import SpecrlError
-from specrl.export import export_file, table_from_policy, to_trtllm, to_vllm
+from specrl.export import (
+    export_file,
+    monotone_in_acceptance,
+    table_from_policy,
+    to_trtllm,
+    to_vllm,
+)
 from specrl.features import NEVER_MEASURED, STALE_STEPS, AcceptanceTracker
 from specrl.table import KTable, load_table, table_from_json
 
@@ -617,6 +623,65 @@ def test_table_from_policy_with_context_bins_and_stale_rule():
     assert contexts == {500, 1001}
     assert table.batch_buckets == [[1, 4]]
     assert table.k == [[[1], [3]]] and table.stale_k == [[0, 0]]
+    assert table_from_json(table.to_json()) == table
+
+
+def _monotone_sequences(n: int, k_max: int):
+    if n == 0:
+        yield []
+        return
+    for rest in _monotone_sequences(n - 1, k_max):
+        for k in range(rest[-1] if rest else 0, k_max + 1):
+            yield [*rest, k]
+
+
+def test_monotone_in_acceptance_is_the_closest_non_decreasing_sequence():
+    # Against every non-decreasing sequence, enumerated: the result is one of the closest
+    # (sum of |K - K'|), and lies at or below every other closest one.
+    rng = random.Random(7)
+    for _ in range(300):
+        k_max = rng.randint(1, 3)
+        ks = [rng.randint(0, k_max) for _ in range(rng.randint(0, 6))]
+        got = monotone_in_acceptance(ks, k_max)
+        costs = {
+            tuple(m): sum(abs(x - y) for x, y in zip(m, ks))
+            for m in _monotone_sequences(len(ks), k_max)
+        }
+        best = min(costs.values())
+        assert costs[tuple(got)] == best, (ks, got)
+        for m, cost in costs.items():
+            if cost == best:
+                assert all(g <= x for g, x in zip(got, m)), (ks, got, m)
+        if ks == sorted(ks):
+            assert got == ks
+    # A K=1 band at middling acceptance with off above it (as a learned policy extrapolates
+    # at estimates it rarely met) is raised; a narrow K=1 blip below an off band is lowered.
+    assert monotone_in_acceptance([0] * 6 + [1] * 3 + [0] * 2, 4) == [0] * 6 + [1] * 5
+    assert monotone_in_acceptance([0, 0, 1, 0, 0, 0, 1, 1, 2, 2], 4) == [0] * 6 + [1, 1, 2, 2]
+
+
+def test_table_from_policy_monotone_counts_the_cells_it_changed():
+    def decide(batch, acceptance, context):  # off, K=1 in a band, off again above 0.8
+        return 1 if batch > 2 and 0.5 < acceptance < 0.8 else (2 if batch <= 2 else 0)
+
+    edges = [i / 10 for i in range(11)]
+    raw = table_from_policy(
+        decide, k_max=4, max_batch=4, acceptance_edges=edges, provenance=PROVENANCE
+    )
+    assert raw.k[1] == [0] * 5 + [1] * 3 + [0] * 2 and "monotone_cells_changed" not in (
+        raw.provenance
+    )
+    table = table_from_policy(
+        decide,
+        k_max=4,
+        max_batch=4,
+        acceptance_edges=edges,
+        provenance=PROVENANCE,
+        monotone=True,
+    )
+    assert table.batch_buckets == [[1, 2], [3, 4]]
+    assert table.k == [[2] * 10, [0] * 5 + [1] * 5]
+    assert table.provenance["monotone_cells_changed"] == 2 * 2  # 2 batch sizes, 2 bins each
     assert table_from_json(table.to_json()) == table
 
 

@@ -4,7 +4,10 @@ the policy it came from.
 * :func:`table_from_run`: the run's deterministic K at every batch size ``1..max_batch``,
   every acceptance bin and the stale entry, as a :class:`~specrl.table.KTable` with the run's
   provenance. The network reads exactly what the table indexes
-  (:mod:`specrl.policies.ppo`), so nothing is collapsed but acceptance, into bins.
+  (:mod:`specrl.policies.ppo`), so nothing is collapsed but acceptance, into bins. By
+  default each batch size's Ks are then made non-decreasing in the acceptance estimate
+  (:func:`specrl.export.monotone_in_acceptance`): the fidelity check measures what that
+  changed.
 * :func:`check_fidelity`: on held-out seeds of the surrogate, the share of visited states
   where the table's controller picks the policy's K, and the table's tokens/s over the
   policy's.
@@ -49,11 +52,14 @@ def table_from_run(
     *,
     k_max: int | None = None,
     acceptance_edges=ACCEPTANCE_EDGES,
+    monotone: bool = True,
 ) -> KTable:
     """The K table of the final model of ``run_dir`` (see the module).
 
     :param k_max: the K the serving engine drafts at most, if known: a run trained with
         another ``k_max`` is refused (its actions mean other Ks).
+    :param monotone: make each batch size's Ks non-decreasing in the acceptance estimate;
+        False: the policy's K in every cell as it is.
     """
     from specrl.policies.ppo import PROBE, PPOPolicy
     from specrl.train.config import SUMMARY_FILE, load_config
@@ -105,6 +111,7 @@ def table_from_run(
         acceptance_edges=edges,
         provenance=prov,
         probe=dict(PROBE),
+        monotone=monotone,
     )
 
 
@@ -248,12 +255,13 @@ def checked_table(
     check: bool = True,
     episodes: int = 2,
     progress: bool = True,
+    monotone: bool = True,
 ) -> tuple[KTable, Fidelity | None]:
     """:func:`table_from_run` and, with ``check``, :func:`check_fidelity`, whose result goes
     into the provenance (``fidelity``). The provenance's ``operating_acceptance`` (where the
     vLLM and TensorRT-LLM exports collapse the table) is ``acceptance`` if given, else the
     mean acceptance the policy saw in the check, else the profile's mean acceptance."""
-    table = table_from_run(run_dir, k_max=k_max)
+    table = table_from_run(run_dir, k_max=k_max, monotone=monotone)
     fidelity = None
     if check:
         fidelity = check_fidelity(run_dir, table, episodes=episodes, progress=progress)
@@ -308,6 +316,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-check", action="store_true", help="skip the fidelity check (not recommended)"
     )
     parser.add_argument(
+        "--no-monotone",
+        action="store_true",
+        help="keep the policy's K in every cell; by default each batch size's Ks are made "
+        "non-decreasing in the acceptance estimate, changing as few cells as possible",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="write the table even if the fidelity check fails"
     )
     parser.add_argument("--no-progress", action="store_true")
@@ -328,9 +342,17 @@ def run(args: argparse.Namespace) -> int:
             acceptance=acceptance,
             check=not args.no_check,
             episodes=args.episodes,
+            monotone=not args.no_monotone,
             progress=not args.no_progress,
         )
         acceptance = table.provenance["operating_acceptance"]
+        changed = table.provenance.get("monotone_cells_changed")
+        if changed is not None:
+            cells = table.max_batch * (len(table.acceptance_edges) - 1) * table.n_context
+            print(
+                f"monotone in acceptance: {changed} of {cells} cells changed "
+                "(--no-monotone keeps the policy's K in every cell)"
+            )
         if fidelity is not None:
             print(fidelity.format())
         if fidelity is not None and not fidelity.passed and not args.force:
