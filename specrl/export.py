@@ -4,7 +4,7 @@ stacks' own formats.
 * :func:`table_from_policy`: evaluate ``decide(batch, acceptance, context) -> K`` at every
   bin and merge equal neighbouring batch sizes into buckets.
 * :func:`monotone_in_acceptance`: the Ks of one batch size made non-decreasing in the
-  acceptance estimate, changing as few as possible.
+  acceptance estimate, changing as little as possible where the policy is met most.
 * :func:`to_vllm`: vLLM Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374).
 * :func:`to_trtllm`: TensorRT-LLM ``draft_len_schedule`` in its current upper-bound reading
   (PR #10860).
@@ -58,6 +58,7 @@ def table_from_policy(
     stale_decide: Callable[[int, int], int] | None = None,
     probe: dict | None = None,
     monotone: bool = False,
+    monotone_weights: Callable[[int, int], list[float]] | None = None,
 ) -> KTable:
     """A table holding ``decide``'s K at each bin's representative point.
 
@@ -82,6 +83,9 @@ def table_from_policy(
     :param monotone: make each batch size's (and context bin's) Ks non-decreasing in the
         acceptance estimate (:func:`monotone_in_acceptance`); the provenance's
         ``monotone_cells_changed`` counts the cells that changed.
+    :param monotone_weights: ``monotone_weights(batch, context_index)``: how much each
+        acceptance bin's K counts there (for example how often the policy met that state);
+        None: every bin alike.
     """
     where = "table_from_policy"
     if isinstance(acceptance_edges, tuple):
@@ -117,7 +121,17 @@ def table_from_policy(
             for c in contexts
         ]
         if monotone:
-            raw, ks = ks, [monotone_in_acceptance(by_acceptance, k_max) for by_acceptance in ks]
+            raw, ks = (
+                ks,
+                [
+                    monotone_in_acceptance(
+                        by_acceptance,
+                        k_max,
+                        None if monotone_weights is None else monotone_weights(batch, c),
+                    )
+                    for c, by_acceptance in enumerate(ks)
+                ],
+            )
             changed += sum(x != y for r, m in zip(raw, ks) for x, y in zip(r, m))
         if stale_decide is None:
             stale = [by_acceptance[0] for by_acceptance in ks]
@@ -148,29 +162,39 @@ def table_from_policy(
     )
 
 
-def monotone_in_acceptance(ks: list[int], k_max: int) -> list[int]:
+def monotone_in_acceptance(
+    ks: list[int], k_max: int, weights: list[float] | None = None
+) -> list[int]:
     """The non-decreasing sequence of Ks in ``0..k_max`` closest to ``ks`` (one batch size's
-    K per acceptance bin, lowest bin first) in the sum of ``|K - K'|``; of equally close
-    ones, the one with the lowest Ks. A sequence already non-decreasing comes back as it is.
+    K per acceptance bin, lowest bin first) in the sum of ``weights[j] * |K_j - K'_j|``
+    (``weights``: every bin 1 when None; each must be positive); of equally close ones, the
+    one with the lowest Ks. A sequence already non-decreasing comes back as it is.
 
     At a fixed batch size a step's time does not depend on acceptance, while the tokens a
     draft of K+1 adds over one of K, ``a^(K+1)`` at per-token acceptance ``a``, grow with
     ``a``: the best K never falls as acceptance rises. A learned policy interpolates between
     the states it visited and can fall (K=1 at middling estimates with off above them, at
-    estimates it rarely met); this keeps what it chose and removes such bands.
+    estimates it rarely met). Weighted by how often the policy met each bin, this keeps what
+    it chose where it acted and changes the bins it rarely saw.
     Exact: dynamic programming over bins and Ks, ``O(len(ks) * k_max)``.
     """
+    if weights is None:
+        weights = [1.0] * len(ks)
+    if len(weights) != len(ks) or not all(w > 0 for w in weights):
+        raise SpecrlError(
+            f"monotone_in_acceptance: weights must be {len(ks)} positive numbers, got {weights!r}"
+        )
     levels = range(k_max + 1)
-    cost = [0] * (k_max + 1)  # cost[v]: the best prefix ending at K=v
+    cost = [0.0] * (k_max + 1)  # cost[v]: the best prefix ending at K=v
     back = []  # back[j][v]: K of bin j-1 in the best prefix with K=v at bin j
-    for k in ks:
+    for k, w in zip(ks, weights):
         best, arg, prefix, args = None, 0, [], []
         for v in levels:
             if best is None or cost[v] < best:
                 best, arg = cost[v], v
             prefix.append(best)
             args.append(arg)
-        cost = [prefix[v] + abs(v - k) for v in levels]
+        cost = [prefix[v] + w * abs(v - k) for v in levels]
         back.append(args)
     v = min(levels, key=lambda u: (cost[u], u))
     out = [0] * len(ks)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_helpers import tiny
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = ("train_ppo", "compare", "seeds")
@@ -129,28 +130,19 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
 
 def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     from specrl.profile.synthetic import linear_profile
-    from specrl.train import TrainConfig, latest_checkpoint
+    from specrl.train import latest_checkpoint
 
     seeds = load("seeds")
     profile = tmp_path / "linear.json"
     linear_profile().save(profile)
-    config = TrainConfig(
-        out=str(tmp_path / "run"),
+    config = tiny(
+        tmp_path / "run",
+        profile,
         total_timesteps=256,
         workloads=("ramp",),
-        n_requests=8,
-        profile=str(profile),
-        max_batch=8,
-        n_envs=2,
-        n_steps=64,
-        batch_size=64,
-        n_epochs=2,
-        net_arch=(8,),
         checkpoint_every=128,
         eval_every=0,
-        eval_workloads=("ramp",),
         warm_start="none",
-        wandb="disabled",
     )
     assert seeds.train_or_continue(config) == "trained"
     run = Path(config.out)

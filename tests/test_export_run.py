@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import tiny
 
 from specrl.cli import main
 from specrl.controller import LookupController
@@ -19,8 +20,14 @@ from specrl.policies.lookup import LookupPolicy
 from specrl.policies.ppo import PROBE, PPOPolicy
 from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table
-from specrl.train import TrainConfig, train
-from specrl.train.export import ACCEPTANCE_EDGES, check_fidelity, table_from_run
+from specrl.train import train
+from specrl.train.export import (
+    ACCEPTANCE_EDGES,
+    UNVISITED_WEIGHT,
+    check_fidelity,
+    table_from_run,
+    visited_cells,
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,23 +35,7 @@ def run_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("export")
     profile = root / "linear.json"
     linear_profile().save(profile)
-    config = TrainConfig(
-        out=str(root / "run"),
-        total_timesteps=512,
-        workloads=("ramp", "steady-2", "steady-8"),
-        eval_workloads=("ramp", "steady-8"),
-        n_requests=8,
-        profile=str(profile),
-        max_batch=8,
-        n_envs=2,
-        n_steps=64,
-        batch_size=64,
-        n_epochs=2,
-        net_arch=(8,),
-        checkpoint_every=256,
-        eval_every=0,
-        wandb="disabled",
-    )
+    config = tiny(root / "run", profile, eval_workloads=("ramp", "steady-8"), eval_every=0)
     train(config, progress=False)
     return Path(config.out)
 
@@ -68,24 +59,28 @@ def _bucket(table, batch: int) -> int:
 
 
 def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir):
-    raw = table_from_run(run_dir, monotone=False)
-    table = table_from_run(run_dir)
+    raw = table_from_run(run_dir)
+    table = table_from_run(run_dir, monotone=True)
     policy = PPOPolicy.load(run_dir)
     assert (table.k_max, table.max_batch) == (4, 8)
     assert table.acceptance_edges == list(ACCEPTANCE_EDGES)
     assert table.probe == PROBE
     mids = [(lo + hi) / 2 for lo, hi in zip(ACCEPTANCE_EDGES, ACCEPTANCE_EDGES[1:])]
     changed = 0
+    visits = visited_cells(run_dir)  # the policy's own episodes, seeds from VISIT_SEED
+    assert visits.sum() > 0 and not visits[0].any()
     for batch in range(1, 9):
         want = policy.decide(np.full(len(mids), batch), np.asarray(mids), np.zeros(len(mids)))
         assert raw.cell(_bucket(raw, batch)) == want.tolist()
-        # By default each batch size's Ks are the closest non-decreasing ones.
+        # With monotone, each batch size's Ks are the closest non-decreasing ones, by visits.
         row = table.cell(_bucket(table, batch))
-        assert row == monotone_in_acceptance(want.tolist(), 4) and row == sorted(row)
+        weights = (visits[batch] + UNVISITED_WEIGHT).tolist()
+        assert row == monotone_in_acceptance(want.tolist(), 4, weights) and row == sorted(row)
         changed += sum(x != y for x, y in zip(row, want.tolist()))
         for t in (raw, table):
             assert t.stale(_bucket(t, batch)) == int(policy.decide([batch], [0.0], [True])[0])
     assert table.provenance["monotone_cells_changed"] == changed
+    assert table.provenance["monotone_visits"] == int(visits.sum())
     assert "monotone_cells_changed" not in raw.provenance
     prov = table.provenance
     assert prov["training_steps"] == 512 and prov["run_id"] == str(run_dir.resolve())
@@ -185,8 +180,11 @@ def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
     args = ["export", "--run", str(run_dir), "--out", str(native), "--no-progress", "--force"]
     assert main(args) == 0  # --force: see test_compare_runs_lookup_and_ppo_by_name
     printed = capsys.readouterr().out
-    assert "fidelity: the table picks PPO's K" in printed
-    assert "monotone in acceptance: " in printed and " of 800 cells changed" in printed
+    assert "fidelity: the table picks PPO's K" in printed and "monotone" not in printed
+    mono = tmp_path / "m.json"
+    assert main([*args[:4], str(mono), "--no-progress", "--force", "--monotone"]) == 0
+    assert " of 800 cells changed from the policy's K" in capsys.readouterr().out
+    assert load_table(mono).provenance["monotone_visits"] > 0
     table = load_table(native)
     assert 0 < table.provenance["operating_acceptance"] <= 1
     assert table.provenance["fidelity"]["match"] >= 0.99

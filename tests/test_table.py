@@ -639,25 +639,35 @@ def test_monotone_in_acceptance_is_the_closest_non_decreasing_sequence():
     # Against every non-decreasing sequence, enumerated: the result is one of the closest
     # (sum of |K - K'|), and lies at or below every other closest one.
     rng = random.Random(7)
-    for _ in range(300):
+    for trial in range(400):
         k_max = rng.randint(1, 3)
         ks = [rng.randint(0, k_max) for _ in range(rng.randint(0, 6))]
-        got = monotone_in_acceptance(ks, k_max)
+        weights = [rng.choice([1e-3, 1, 2, 7]) for _ in ks] if trial % 2 else None
+        got = monotone_in_acceptance(ks, k_max, weights)
+        w = weights or [1] * len(ks)
         costs = {
-            tuple(m): sum(abs(x - y) for x, y in zip(m, ks))
+            tuple(m): sum(c * abs(x - y) for c, x, y in zip(w, m, ks))
             for m in _monotone_sequences(len(ks), k_max)
         }
         best = min(costs.values())
-        assert costs[tuple(got)] == best, (ks, got)
+        assert costs[tuple(got)] == pytest.approx(best), (ks, weights, got)
         for m, cost in costs.items():
-            if cost == best:
-                assert all(g <= x for g, x in zip(got, m)), (ks, got, m)
+            if cost == pytest.approx(best):
+                assert all(g <= x for g, x in zip(got, m)), (ks, weights, got, m)
         if ks == sorted(ks):
             assert got == ks
     # A K=1 band at middling acceptance with off above it (as a learned policy extrapolates
     # at estimates it rarely met) is raised; a narrow K=1 blip below an off band is lowered.
     assert monotone_in_acceptance([0] * 6 + [1] * 3 + [0] * 2, 4) == [0] * 6 + [1] * 5
     assert monotone_in_acceptance([0, 0, 1, 0, 0, 0, 1, 1, 2, 2], 4) == [0] * 6 + [1, 1, 2, 2]
+    # Weighted by visits: a K=2 band the policy acts in often is kept and the rarely met K=1
+    # above it raised, where unweighted the (as wide) band would be lowered instead.
+    band = [0, 2, 2, 1, 1]
+    assert monotone_in_acceptance(band, 4) == [0, 1, 1, 1, 1]
+    assert monotone_in_acceptance(band, 4, [1, 50, 50, 1e-3, 1e-3]) == [0, 2, 2, 2, 2]
+    for bad in ([1, 1], [1, 1, 0, 1, 1], [1, 1, -1, 1, 1]):
+        with pytest.raises(SpecrlError, match="weights must be 5 positive numbers"):
+            monotone_in_acceptance(band, 4, bad)
 
 
 def test_table_from_policy_monotone_counts_the_cells_it_changed():

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from train_helpers import tiny
 from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
@@ -45,29 +46,6 @@ def profile_path(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("profile") / "linear.json"
     linear_profile().save(path)
     return path
-
-
-def tiny(out: Path, profile_path: Path, **changes) -> TrainConfig:
-    """A run of seconds: batch up to 8, 8-request traces, a network of 8 units."""
-    settings = dict(
-        out=str(out),
-        total_timesteps=512,
-        workloads=("ramp", "steady-2", "steady-8"),
-        n_requests=8,
-        profile=str(profile_path),
-        max_batch=8,
-        n_envs=2,
-        n_steps=64,
-        batch_size=64,
-        n_epochs=2,
-        net_arch=(8,),
-        checkpoint_every=256,
-        eval_every=256,
-        eval_workloads=("ramp",),
-        wandb="disabled",
-    )
-    settings.update(changes)
-    return TrainConfig(**settings)
 
 
 @pytest.fixture(scope="module")
