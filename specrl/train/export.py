@@ -162,20 +162,27 @@ def visited_cells(
     for name in config.eval_workloads:
         env = surrogate_env(config, profile, name)
         for s in range(seed, seed + episodes):
-            obs, _ = env.reset(seed=s)
-            done, start = False, True
-            while not done:
-                k, _ = policy.predict(obs, episode_start=np.array([start]))
-                start = False
-                rows = env.unwrapped._batch_ahead()
+            for obs, _, rows, _ in policy_steps(policy, env, s):
                 if rows > 0 and obs[STALENESS] < 1.0:
                     column = min(len(edges) - 2, max(0, bisect_right(edges, obs[ACCEPTANCE]) - 1))
                     counts[rows, column] += 1
-                obs, _, terminated, truncated, _ = env.step(k)
-                done = terminated or truncated
             bar.update()
     bar.close()
     return counts
+
+
+def policy_steps(policy, env, seed: int):
+    """One episode of ``policy`` (deterministic, SB3's ``predict``) in ``env`` from ``seed``:
+    per step, ``(observation acted on, K, rows the step decoded, the step's info)``."""
+    obs, _ = env.reset(seed=seed)
+    done, start = False, True
+    while not done:
+        k, _ = policy.predict(obs, episode_start=np.array([start]))
+        start = False
+        rows = env.unwrapped._batch_ahead()
+        after, _, terminated, truncated, info = env.step(k)
+        yield obs, int(k), rows, info
+        obs, done = after, terminated or truncated
 
 
 @dataclass
@@ -267,22 +274,15 @@ def check_fidelity(
         mine = {"states": 0, "matches": 0, "policy": [0, 0.0], "table": [0, 0.0]}
         for s in seeds:
             shadow = LookupController(table)
-            obs, _ = env.reset(seed=s)
-            done, start = False, True
-            while not done:
-                k, _ = policy.predict(obs, episode_start=np.array([start]))
-                start = False
-                rows = env.unwrapped._batch_ahead()
+            for obs, k, rows, info in policy_steps(policy, env, s):
                 if rows > 0:
                     mine["states"] += 1
-                    mine["matches"] += int(shadow.choose_k(rows) == int(k))
+                    mine["matches"] += int(shadow.choose_k(rows) == k)
                 if obs[3] == 0.0:  # staleness 0: the estimate is fresh
                     fresh.append(float(obs[2]))
-                obs, _, terminated, truncated, info = env.step(k)
-                shadow.observe(info["drafted"], info["accepted"], int(k))
+                shadow.observe(info["drafted"], info["accepted"], k)
                 mine["policy"][0] += info["committed"]
                 mine["policy"][1] += info["step_time_s"]
-                done = terminated or truncated
             served = run_episode(
                 env, LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max), seed=s
             )
