@@ -121,18 +121,14 @@ def table_from_policy(
             for c in contexts
         ]
         if monotone:
-            raw, ks = (
-                ks,
-                [
-                    monotone_in_acceptance(
-                        by_acceptance,
-                        k_max,
-                        None if monotone_weights is None else monotone_weights(batch, c),
-                    )
-                    for c, by_acceptance in enumerate(ks)
-                ],
-            )
-            changed += sum(x != y for r, m in zip(raw, ks) for x, y in zip(r, m))
+            projected = [
+                monotone_in_acceptance(
+                    row, k_max, None if monotone_weights is None else monotone_weights(batch, c)
+                )
+                for c, row in enumerate(ks)
+            ]
+            changed += sum(x != y for raw, new in zip(ks, projected) for x, y in zip(raw, new))
+            ks = projected
         if stale_decide is None:
             stale = [by_acceptance[0] for by_acceptance in ks]
         else:

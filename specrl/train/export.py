@@ -154,8 +154,8 @@ def visited_cells(
     config = load_config(run_dir)
     policy = PPOPolicy.load(run_dir)
     profile, _ = _load_run_profile(config)
-    edges = list(acceptance_edges)
-    counts = np.zeros((config.max_batch + 1, len(edges) - 1))
+    inner = list(acceptance_edges)[1:-1]  # binned as the controller bins its estimate
+    counts = np.zeros((config.max_batch + 1, len(inner) + 1))
     bar = tqdm(
         total=len(config.eval_workloads) * episodes, desc="monotone: visits", disable=not progress
     )
@@ -164,8 +164,7 @@ def visited_cells(
         for s in range(seed, seed + episodes):
             for obs, _, rows, _ in policy_steps(policy, env, s):
                 if rows > 0 and obs[STALENESS] < 1.0:
-                    column = min(len(edges) - 2, max(0, bisect_right(edges, obs[ACCEPTANCE]) - 1))
-                    counts[rows, column] += 1
+                    counts[rows, bisect_right(inner, obs[ACCEPTANCE])] += 1
             bar.update()
     bar.close()
     return counts
