@@ -20,7 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "per policy (goal: 0.9-1.1) and the acceptance estimate each env showed the "
         "controller (mean and std per step). The profile's freshness is checked first. With "
         "--measure, the profile is measured first, right before the live episodes, and "
-        "written to --profile.",
+        "written to --profile. The same check runs before every round of live episodes and "
+        "after the last: a second surrogate column runs on the profile scaled to the speed "
+        "those checks measured (speed-matched), which separates the surrogate's error from "
+        "the machine's drift since the profile.",
     )
     val.add_argument("--profile", required=True, metavar="PROFILE.json")
     val.add_argument(
@@ -58,6 +61,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--live-repeats", type=int, default=3, help="live episodes per policy, taking turns"
     )
     val.add_argument("--seed", type=int, default=0)
+    val.add_argument(
+        "--no-speed-check",
+        action="store_true",
+        help="skip the freshness checks between live rounds and the speed-matched surrogate",
+    )
     val.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     val.set_defaults(func=validate)
 
@@ -127,23 +135,42 @@ def validate(args: argparse.Namespace) -> int:
         print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
     from tqdm.auto import tqdm
 
-    rows = []
+    from specrl.profile.freshness import check_freshness, speed_matched, speed_ratios
+
+    rows, speed = [], []
     bar = tqdm(total=len(setups) * len(specs) * args.live_repeats, desc="live episodes")
     for trace, common, live in setups:
         surrogate = SurrogateSpecEnv(profile=profile, **common)
         policies = [make_policy(spec, env=surrogate) for spec in specs]
         bar.set_postfix_str(f"trace {trace.name}")
         runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
+        checks = []
+
+        def check(checks=checks):
+            checks.append(check_freshness(profile, pair, device=args.device, seed=len(checks)))
+
+        live_runs = runs.run_all(
+            on_episode=lambda _: bar.update(),
+            before_round=None if args.no_speed_check else check,
+        )
+        matched = None
+        if not args.no_speed_check:
+            check()  # and after the last round: the checks bracket every episode
+            matched = SurrogateSpecEnv(profile=speed_matched(profile, checks), **common)
+            ratios = speed_ratios(checks)
+            speed.append({"trace": trace.name, "checks": len(checks), "ratios": ratios})
         trace_rows = compare_runs(
-            runs.run_all(on_episode=lambda _: bar.update()),
-            surrogate,
-            policies,
-            surrogate_seeds=args.surrogate_seeds,
+            live_runs, surrogate, policies, surrogate_seeds=args.surrogate_seeds, matched=matched
         )
         tqdm.write(
             f"\ntrace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} "
             f"tokens, peak {common['max_batch']}; profile {args.profile}"
         )
+        if matched is not None:
+            tqdm.write(
+                f"speed now / profile, median of {len(checks)} checks between the rounds: "
+                + ", ".join(f"B={b} K={k} {r:.2f}" for (b, k), r in ratios.items())
+            )
         tqdm.write(format_comparison(trace_rows))
         rows += trace_rows
     bar.close()
@@ -156,6 +183,17 @@ def validate(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    if not args.no_speed_check:
+        off_matched = [r for r in rows if not 0.9 <= r.matched_ratio <= 1.1]
+        print(
+            f"speed-matched: {len(rows) - len(off_matched)} of {len(rows)} within 0.9-1.1"
+            + (
+                f"; outside: "
+                f"{', '.join(f'{r.trace}/{r.policy} {r.matched_ratio:.2f}' for r in off_matched)}"
+                if off_matched
+                else ""
+            )
+        )
     acc = [
         r
         for r in rows
@@ -170,7 +208,13 @@ def validate(args: argparse.Namespace) -> int:
         f"{len(rows)}"
     )
     if args.json:
-        out = {"profile": str(args.profile), "policies": [r.to_json() for r in rows]}
+        out = {
+            "profile": str(args.profile),
+            "policies": [r.to_json() for r in rows],
+            "speed_checks": [
+                {**s, "ratios": [[b, k, r] for (b, k), r in s["ratios"].items()]} for s in speed
+            ],
+        }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.json}")

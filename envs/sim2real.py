@@ -34,11 +34,20 @@ class Comparison:
     live_prefill_s: float = math.nan
     """Seconds per episode prefilling admitted requests (mean over episodes)."""
     surrogate_prefill_s: float = math.nan
+    matched_tokens_per_s: float = math.nan
+    """Surrogate tokens/s on the profile scaled to the speed measured between the live
+    episodes (:func:`specrl.profile.freshness.speed_matched`); NaN when not measured."""
+    matched_decode_s: float = math.nan
 
     @property
     def ratio(self) -> float:
         """Surrogate tokens/s over live tokens/s; the goal is 0.9-1.1."""
         return self.surrogate_tokens_per_s / self.live_tokens_per_s
+
+    @property
+    def matched_ratio(self) -> float:
+        """Speed-matched surrogate tokens/s over live tokens/s."""
+        return self.matched_tokens_per_s / self.live_tokens_per_s
 
     @property
     def decode_ratio(self) -> float:
@@ -56,6 +65,7 @@ class Comparison:
             "ratio": self.ratio,
             "decode_ratio": self.decode_ratio,
             "prefill_ratio": self.prefill_ratio,
+            "matched_ratio": self.matched_ratio,
         }
 
 
@@ -71,6 +81,7 @@ class LiveRuns:
     def __init__(self, live, policies, *, seed: int = 0, repeats: int = 2, warmup_steps: int = 30):
         self.live, self.seed = live, seed
         self.todo = [p for _ in range(repeats) for p in policies]
+        self.n_policies = len(policies)
         self.results: dict[str, list] = {p.name: [] for p in policies}
         if warmup_steps:  # discarded: the first steps of a process are slow
             run_episode(live, policies[-1], seed=seed, max_steps=warmup_steps)
@@ -83,9 +94,16 @@ class LiveRuns:
         self.results[policy.name].append(run_episode(self.live, policy, seed=self.seed))
         return policy.name
 
-    def run_all(self, on_episode: Callable[[str], None] | None = None) -> dict[str, list]:
-        """Play every episode left; ``on_episode(policy_name)`` after each (a progress bar)."""
+    def run_all(
+        self,
+        on_episode: Callable[[str], None] | None = None,
+        before_round: Callable[[], None] | None = None,
+    ) -> dict[str, list]:
+        """Play every episode left; ``on_episode(policy_name)`` after each (a progress bar),
+        ``before_round()`` before each round of one episode per policy (a speed check)."""
         while self.todo:
+            if before_round is not None and len(self.todo) % self.n_policies == 0:
+                before_round()
             name = self.run_next()
             if on_episode is not None:
                 on_episode(name)
@@ -109,14 +127,28 @@ def compare(
 
 
 def compare_runs(
-    live_runs: dict[str, list], surrogate, policies, *, surrogate_seeds: int = 20
+    live_runs: dict[str, list],
+    surrogate,
+    policies,
+    *,
+    surrogate_seeds: int = 20,
+    matched=None,
 ) -> list[Comparison]:
-    """Rows for live episodes already played (``LiveRuns.results``) against the surrogate."""
+    """Rows for live episodes already played (``LiveRuns.results``) against the surrogate,
+    and, given ``matched`` (a surrogate env on the speed-matched profile), against that too.
+    The policies are the same objects in every env: one decision rule, other costs."""
     rows = []
     trace = getattr(surrogate.unwrapped.workload, "name", "")
     for policy in policies:
         sims = [run_episode(surrogate, policy, seed=s) for s in range(surrogate_seeds)]
         live = live_runs[policy.name]
+        extra = {}
+        if matched is not None:
+            fast = [run_episode(matched, policy, seed=s) for s in range(surrogate_seeds)]
+            extra = {
+                "matched_tokens_per_s": _aggregate(fast),
+                "matched_decode_s": _mean_part(fast, decode=True),
+            }
         rows.append(
             Comparison(
                 policy.name,
@@ -129,6 +161,7 @@ def compare_runs(
                 surrogate_decode_s=_mean_part(sims, decode=True),
                 live_prefill_s=_mean_part(live, decode=False),
                 surrogate_prefill_s=_mean_part(sims, decode=False),
+                **extra,
             )
         )
     return rows
@@ -151,19 +184,22 @@ def _acceptance_stats(results) -> tuple[float, float]:
 
 
 def format_comparison(rows: list[Comparison]) -> str:
+    matched = any(not math.isnan(r.matched_tokens_per_s) for r in rows)
     lines = [
         "| policy | live tokens/s | surrogate tokens/s | surrogate / live "
         "| decode s, surrogate / live | prefill s, surrogate / live "
-        "| acceptance obs live (mean ± std) | surrogate |",
-        "|---|---|---|---|---|---|---|---|",
+        "| acceptance obs live (mean ± std) | surrogate |"
+        + (" speed-matched tokens/s | speed-matched / live |" if matched else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if matched else ""),
     ]
     for r in rows:
+        tail = f" {r.matched_tokens_per_s:.0f} | {r.matched_ratio:.2f} |" if matched else ""
         lines.append(
             f"| {r.policy} | {r.live_tokens_per_s:.0f} | {r.surrogate_tokens_per_s:.0f} | "
             f"{r.ratio:.2f} | {r.surrogate_decode_s:.2f} / {r.live_decode_s:.2f} "
             f"({r.decode_ratio:.2f}) | {r.surrogate_prefill_s:.2f} / {r.live_prefill_s:.2f} "
             f"({r.prefill_ratio:.2f}) | "
             f"{r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
-            f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f} |"
+            f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f} |" + tail
         )
     return "\n".join(lines)

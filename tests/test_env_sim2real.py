@@ -73,3 +73,51 @@ def test_cli_reports_a_bad_profile_in_one_line(tmp_path, capsys):
     assert main(["bench", "surrogate", "--profile", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("specrl: error: ") and "p.json" in err and "\n" not in err
+
+
+def test_speed_checks_bracket_each_round_and_match_the_surrogate(micro_pair):
+    """A check before each round of one episode per policy; the speed-matched surrogate
+    runs the same policy objects on the rescaled profile: at ratio 1 it reads exactly the
+    plain surrogate, at ratio 2 (every step twice as slow) fewer tokens/s."""
+    from specrl.envs.sim2real import LiveRuns, compare_runs
+    from specrl.profile.freshness import CellCheck, FreshnessReport, speed_matched
+
+    profile = linear_profile(k_max=2)
+    profile.fingerprint = pair_fingerprint(micro_pair, k_max=2)
+    trace = preset_trace(
+        "ramp",
+        seed=0,
+        n_requests=4,
+        peak=2,
+        output_lengths=LengthDist(median=5, sigma=0, lo=5, hi=5),
+        prompt_lengths=LengthDist(median=8, sigma=0, lo=8, hi=8),
+    )
+    common = {"workload": trace, "k_max": 2, "max_batch": 2, "max_len": 32}
+    live = LiveSpecEnv(pair=micro_pair, profile=profile, check_profile=False, **common)
+    surrogate = SurrogateSpecEnv(profile=profile, **common)
+    policies = [FixedK(0), FixedK(2)]
+    events = []
+    runs = LiveRuns(live, policies, repeats=2, warmup_steps=0)
+    results = runs.run_all(on_episode=events.append, before_round=lambda: events.append("check"))
+    assert events == ["check", "off", "K=2", "check", "off", "K=2"]
+
+    def at(ratio):
+        cells = [CellCheck(b, k, 1.0, ratio) for b in (1, 8) for k in (0, 2)]
+        return SurrogateSpecEnv(profile=speed_matched(profile, [FreshnessReport(cells)]), **common)
+
+    same = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(1.0))
+    slow = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(2.0))
+    plain = compare_runs(results, surrogate, policies, surrogate_seeds=2)
+    for s, w, p in zip(same, slow, plain, strict=True):
+        assert s.matched_tokens_per_s == s.surrogate_tokens_per_s
+        assert s.matched_ratio == s.ratio
+        assert s.matched_decode_s == s.surrogate_decode_s
+        assert w.matched_tokens_per_s < 0.8 * w.surrogate_tokens_per_s
+        assert w.matched_decode_s > 1.5 * w.surrogate_decode_s
+        assert p.to_json()["matched_ratio"] != p.to_json()["matched_ratio"]  # NaN: not measured
+    lines = format_comparison(slow).splitlines()
+    assert lines[0].endswith("| speed-matched tokens/s | speed-matched / live |")
+    assert lines[2].endswith(
+        f"| {slow[0].matched_tokens_per_s:.0f} | {slow[0].matched_ratio:.2f} |"
+    )
+    assert "speed-matched" not in format_comparison(plain)

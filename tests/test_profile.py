@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 
@@ -292,6 +293,61 @@ def test_freshness_compares_each_cell_at_the_context_it_timed(micro_pair):
         below = costs.seconds(cell.batch, cell.k, bucket)
         above = costs.seconds(cell.batch, cell.k, bucket + 8)
         assert min(below, above) <= cell.profile_s <= max(below, above)
+
+
+def test_speed_matched_scales_step_times_by_the_checked_ratios():
+    import math
+
+    from specrl.errors import SpecrlError
+    from specrl.profile.freshness import (
+        CellCheck,
+        FreshnessReport,
+        speed_matched,
+        speed_ratios,
+    )
+    from specrl.profile.synthetic import linear_profile
+
+    profile = linear_profile()  # k_max 4, batches 1..128
+    before = copy.deepcopy(profile)
+
+    def report(r10, r14, r80, r84):
+        return FreshnessReport(
+            [
+                CellCheck(1, 0, 1.0, r10),
+                CellCheck(1, 4, 1.0, r14),
+                CellCheck(8, 0, 1.0, r80),
+                CellCheck(8, 4, 1.0, r84),
+            ]
+        )
+
+    # Medians over three checks: (1, 0) 1.2, (1, 4) 1.0, (8, 0) 1.4, (8, 4) 1.1.
+    reports = [report(1.2, 1.0, 1.4, 1.1), report(1.1, 0.9, 1.5, 1.1), report(1.3, 1.2, 1.3, 1.0)]
+    assert speed_ratios(reports) == pytest.approx(
+        {(1, 0): 1.2, (1, 4): 1.0, (8, 0): 1.4, (8, 4): 1.1}
+    )
+    out = speed_matched(profile, reports)
+    bi = {b: i for i, b in enumerate(profile.batch_sizes)}
+    # Batch 2 sits a third of the way from 1 to 8 in log size; K=2 halfway from K=0 to K=4.
+    r0, r4 = 1.2 + (1.4 - 1.2) / 3, 1.0 + (1.1 - 1.0) / 3
+    cases = [(1, 0, 1.2), (1, 4, 1.0), (2, 2, (r0 + r4) / 2), (8, 1, 1.4 - 0.3 / 4), (128, 4, 1.1)]
+    for b, k, r in cases:
+        for c in range(len(profile.contexts)):
+            assert out.step_seconds(bi[b], k, c) == pytest.approx(
+                r * before.step_seconds(bi[b], k, c)
+            )
+        assert out.tokens_per_s[bi[b]][k] == pytest.approx(before.tokens_per_s[bi[b]][k] / r)
+    # What the check does not time stays as measured; the input profile is untouched.
+    assert out.prefill == before.prefill and out.catchup == before.catchup
+    assert out.acceptance == before.acceptance
+    assert profile.to_json() == before.to_json()
+    assert out.meta["speed_matched"]["checks"] == 3
+    assert [1, 0, 1.2] in [[b, k, round(r, 9)] for b, k, r in out.meta["speed_matched"]["ratios"]]
+    assert not math.isclose(out.step_seconds(0, 0, 0), before.step_seconds(0, 0, 0))
+    # A check without the K=k_max cell cannot say how the speculating steps moved.
+    with pytest.raises(SpecrlError, match="K=0 and K=4"):
+        speed_matched(profile, [FreshnessReport([CellCheck(1, 0, 1.0, 1.1)])])
+    with pytest.raises(SpecrlError, match="no freshness checks"):
+        speed_ratios([])
 
 
 def test_cost_points_are_medians_made_non_decreasing():

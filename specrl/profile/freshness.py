@@ -132,6 +132,63 @@ def check_freshness(profile, pair, *, device: str = "cpu", seed: int = 0) -> Fre
     return report
 
 
+def speed_ratios(reports: list[FreshnessReport]) -> dict[tuple[int, int], float]:
+    """Median measured / profile step time of each checked cell (batch, K) over ``reports``:
+    the machine's speed against the profile's, over the minutes the checks spanned."""
+    ratios: dict[tuple[int, int], list[float]] = {}
+    for report in reports:
+        for c in report.cells:
+            ratios.setdefault((c.batch, c.k), []).append(c.ratio)
+    if not ratios:
+        raise SpecrlError("speed_ratios: no freshness checks to read")
+    return {cell: float(np.median(r)) for cell, r in sorted(ratios.items())}
+
+
+def speed_matched(profile, reports: list[FreshnessReport]):
+    """``profile`` with its step times (verify, draft, the rest) scaled to the speed that
+    ``reports`` measured: each checked cell's median ratio (:func:`speed_ratios`), linear in
+    log batch size between the checked sizes (held flat past them) and linear in K between
+    K=0 and K=k_max. Prefill and catch-up, which the check does not time, stay as measured.
+
+    Why: on a shared VM the same cells drift 20-28% between profiles an hour apart, and the
+    memory-bound K=0 step more than the K>0 steps; a live run set against a profile then
+    measures the drift as much as the surrogate. Checks taken between the live episodes give
+    the speed of those minutes (``specrl validate-surrogate`` reports both comparisons)."""
+    import copy
+    import math
+
+    ratios = speed_ratios(reports)
+    checked = sorted({b for b, _ in ratios})
+    top = profile.k_max
+    if any((b, k) not in ratios for b in checked for k in (0, top)):
+        raise SpecrlError(f"speed_matched: the checks must time K=0 and K={top} at each batch")
+    logs = np.log(checked)
+
+    def ratio(batch: int, k: int) -> float:
+        at = [
+            float(np.interp(math.log(batch), logs, [ratios[b, kk] for b in checked]))
+            for kk in (0, top)
+        ]
+        return at[0] + (at[1] - at[0]) * k / top if top else at[0]
+
+    out = copy.deepcopy(profile)
+    for bi, batch in enumerate(out.batch_sizes):
+        for k in range(top + 1):
+            r = ratio(batch, k)
+            out.verify_s[bi][k] = [t * r for t in out.verify_s[bi][k]]
+            out.draft_s[bi][k] = [t * r for t in out.draft_s[bi][k]]
+            out.overhead_s[bi][k] *= r
+            out.tokens_per_s[bi][k] /= r
+    out.meta = {
+        **out.meta,
+        "speed_matched": {
+            "checks": len(reports),
+            "ratios": [[b, k, r] for (b, k), r in ratios.items()],
+        },
+    }
+    return out
+
+
 def enforce_freshness(
     profile, pair, *, device: str = "cpu", force: bool = False, source: str = "profile"
 ) -> FreshnessReport:
