@@ -12,20 +12,27 @@ from specrl.profile.synthetic import linear_profile
 from specrl.workload import LengthDist, preset_trace
 
 
-def test_compare_runs_each_policy_live_and_simulated(micro_pair):
+def _ramp_envs(micro_pair, *, n_requests: int, new_tokens: int):
+    """A tiny ramp trace (peak 2) live on the micro pair and in the surrogate of a linear
+    profile: (profile, trace, env kwargs, live env, surrogate env)."""
     profile = linear_profile(k_max=2)
     profile.fingerprint = pair_fingerprint(micro_pair, k_max=2)
+    out = LengthDist(median=new_tokens, sigma=0, lo=new_tokens, hi=new_tokens)
     trace = preset_trace(
         "ramp",
         seed=0,
-        n_requests=6,
+        n_requests=n_requests,
         peak=2,
-        output_lengths=LengthDist(median=6, sigma=0, lo=6, hi=6),
+        output_lengths=out,
         prompt_lengths=LengthDist(median=8, sigma=0, lo=8, hi=8),
     )
     common = {"workload": trace, "k_max": 2, "max_batch": 2, "max_len": 32}
     live = LiveSpecEnv(pair=micro_pair, profile=profile, check_profile=False, **common)
-    surrogate = SurrogateSpecEnv(profile=profile, **common)
+    return profile, trace, common, live, SurrogateSpecEnv(profile=profile, **common)
+
+
+def test_compare_runs_each_policy_live_and_simulated(micro_pair):
+    profile, trace, common, live, surrogate = _ramp_envs(micro_pair, n_requests=6, new_tokens=6)
     policies = [FixedK(0), FixedK(2), BatchThreshold(2, 1, 2)]
     rows = compare(live, surrogate, policies, live_repeats=1, surrogate_seeds=3, warmup_steps=2)
     assert [r.policy for r in rows] == ["off", "K=2", "K=2 if B<=1"]
@@ -82,19 +89,7 @@ def test_speed_checks_bracket_each_round_and_match_the_surrogate(micro_pair):
     from specrl.envs.sim2real import LiveRuns, compare_runs
     from specrl.profile.freshness import CellCheck, FreshnessReport, speed_matched
 
-    profile = linear_profile(k_max=2)
-    profile.fingerprint = pair_fingerprint(micro_pair, k_max=2)
-    trace = preset_trace(
-        "ramp",
-        seed=0,
-        n_requests=4,
-        peak=2,
-        output_lengths=LengthDist(median=5, sigma=0, lo=5, hi=5),
-        prompt_lengths=LengthDist(median=8, sigma=0, lo=8, hi=8),
-    )
-    common = {"workload": trace, "k_max": 2, "max_batch": 2, "max_len": 32}
-    live = LiveSpecEnv(pair=micro_pair, profile=profile, check_profile=False, **common)
-    surrogate = SurrogateSpecEnv(profile=profile, **common)
+    profile, trace, common, live, surrogate = _ramp_envs(micro_pair, n_requests=4, new_tokens=5)
     policies = [FixedK(0), FixedK(2)]
     events = []
     runs = LiveRuns(live, policies, repeats=2, warmup_steps=0)
