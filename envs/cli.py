@@ -135,7 +135,7 @@ def validate(args: argparse.Namespace) -> int:
         print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
     from tqdm.auto import tqdm
 
-    from specrl.profile.freshness import check_freshness, speed_matched, speed_ratios
+    from specrl.profile.freshness import check_freshness, speed_matched
 
     rows, speed = [], []
     bar = tqdm(total=len(setups) * len(specs) * args.live_repeats, desc="live episodes")
@@ -156,9 +156,9 @@ def validate(args: argparse.Namespace) -> int:
         matched = None
         if not args.no_speed_check:
             check()  # and after the last round: the checks bracket every episode
-            matched = SurrogateSpecEnv(profile=speed_matched(profile, checks), **common)
-            ratios = speed_ratios(checks)
-            speed.append({"trace": trace.name, "checks": len(checks), "ratios": ratios})
+            fast = speed_matched(profile, checks)
+            matched = SurrogateSpecEnv(profile=fast, **common)
+            speed.append({"trace": trace.name, **fast.meta["speed_matched"]})
         trace_rows = compare_runs(
             live_runs, surrogate, policies, surrogate_seeds=args.surrogate_seeds, matched=matched
         )
@@ -169,31 +169,14 @@ def validate(args: argparse.Namespace) -> int:
         if matched is not None:
             tqdm.write(
                 f"speed now / profile, median of {len(checks)} checks between the rounds: "
-                + ", ".join(f"B={b} K={k} {r:.2f}" for (b, k), r in ratios.items())
+                + ", ".join(f"B={b} K={k} {r:.2f}" for b, k, r in speed[-1]["ratios"])
             )
         tqdm.write(format_comparison(trace_rows))
         rows += trace_rows
     bar.close()
-    off_band = [r for r in rows if not 0.9 <= r.ratio <= 1.1]
-    print(
-        f"\n{len(rows) - len(off_band)} of {len(rows)} ratios within 0.9-1.1"
-        + (
-            f"; outside: {', '.join(f'{r.trace}/{r.policy} {r.ratio:.2f}' for r in off_band)}"
-            if off_band
-            else ""
-        )
-    )
+    print("\n" + _in_band(rows, "ratio", "ratios within 0.9-1.1"))
     if not args.no_speed_check:
-        off_matched = [r for r in rows if not 0.9 <= r.matched_ratio <= 1.1]
-        print(
-            f"speed-matched: {len(rows) - len(off_matched)} of {len(rows)} within 0.9-1.1"
-            + (
-                f"; outside: "
-                f"{', '.join(f'{r.trace}/{r.policy} {r.matched_ratio:.2f}' for r in off_matched)}"
-                if off_matched
-                else ""
-            )
-        )
+        print("speed-matched: " + _in_band(rows, "matched_ratio", "within 0.9-1.1"))
     acc = [
         r
         for r in rows
@@ -211,14 +194,23 @@ def validate(args: argparse.Namespace) -> int:
         out = {
             "profile": str(args.profile),
             "policies": [r.to_json() for r in rows],
-            "speed_checks": [
-                {**s, "ratios": [[b, k, r] for (b, k), r in s["ratios"].items()]} for s in speed
-            ],
+            "speed_checks": speed,
         }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.json}")
     return 0
+
+
+def _in_band(rows, ratio: str, what: str) -> str:
+    """ "N of M <what>", and the rows whose ``ratio`` attribute falls outside 0.9-1.1."""
+    out = [r for r in rows if not 0.9 <= getattr(r, ratio) <= 1.1]
+    line = f"{len(rows) - len(out)} of {len(rows)} {what}"
+    if out:
+        line += "; outside: " + ", ".join(
+            f"{r.trace}/{r.policy} {getattr(r, ratio):.2f}" for r in out
+        )
+    return line
 
 
 def benchmark(args: argparse.Namespace) -> int:

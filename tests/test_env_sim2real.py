@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
@@ -116,3 +118,46 @@ def test_speed_checks_bracket_each_round_and_match_the_surrogate(micro_pair):
         f"| {slow[0].matched_tokens_per_s:.0f} | {slow[0].matched_ratio:.2f} |"
     )
     assert "speed-matched" not in format_comparison(plain)
+
+
+def test_validate_surrogate_writes_the_speed_checks_and_both_ratios(
+    micro_pair_paths, tmp_path, monkeypatch, capsys
+):
+    """The command end to end on the micro pair: one check before each of the 2 rounds and
+    one after, their medians in the JSON, and both ratios per policy (a synthetic profile,
+    so --force; the figures themselves mean nothing here)."""
+    import json
+    from pathlib import Path
+
+    from specrl.cli import main
+
+    monkeypatch.setenv("SPECRL_HOME", str(Path(micro_pair_paths.target_path).parents[2]))
+    linear_profile(k_max=2).save(tmp_path / "p.json")
+    trace = preset_trace(
+        "ramp",
+        seed=0,
+        n_requests=4,
+        peak=2,
+        output_lengths=LengthDist(median=5, sigma=0, lo=5, hi=5),
+        prompt_lengths=LengthDist(median=8, sigma=0, lo=8, hi=8),
+    )
+    trace.save(tmp_path / "t.json")
+    args = ["validate-surrogate", "--profile", str(tmp_path / "p.json"), "--preset", "micro"]
+    args += ["--force", "--trace", str(tmp_path / "t.json"), "--policies", "off,fixed:2"]
+    args += ["--live-repeats", "2", "--surrogate-seeds", "2", "--json", str(tmp_path / "s.json")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the synthetic profile is not this machine's
+        assert main(args) == 0
+    out = json.loads((tmp_path / "s.json").read_text())
+    (checks,) = out["speed_checks"]
+    assert checks["trace"] == trace.name and checks["checks"] == 3
+    assert [(b, k) for b, k, _ in checks["ratios"]] == [(b, k) for b in (1, 8, 64) for k in (0, 2)]
+    assert [p["policy"] for p in out["policies"]] == ["off", "K=2"]
+    for p in out["policies"]:
+        assert p["matched_ratio"] == pytest.approx(
+            p["matched_tokens_per_s"] / p["live_tokens_per_s"]
+        )
+        assert p["matched_tokens_per_s"] > 0
+    printed = capsys.readouterr().out
+    assert "of 2 ratios within 0.9-1.1" in printed
+    assert "speed-matched: " in printed and "of 2 within 0.9-1.1" in printed
