@@ -77,3 +77,14 @@ def run_episode(
     result.mean_step_tokens_per_s = rate_sum / max(result.steps, 1)
     result.request_tpot_s = list(env.unwrapped.request_tpot_s)
     return result
+
+
+def round_order(items: list, round_index: int) -> list:
+    """The order in which ``items`` (policies) play round ``round_index`` of a side-by-side
+    comparison: as given in even rounds, reversed in odd ones (an ABBA design).
+
+    Why: live, this machine's speed drifts by tens of percent within an hour, mostly one way
+    within a run. In one fixed order, the policy played last meets the slowest machine in
+    every round. Over an even number of rounds every item's mean place is the same, so a
+    linear drift charges all of them alike."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))

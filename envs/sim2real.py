@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specrl.envs.rollout import run_episode
+from specrl.envs.rollout import round_order, run_episode
 
 
 @dataclass
@@ -75,12 +75,13 @@ def _over(a: float, b: float) -> float:
 
 class LiveRuns:
     """Live episodes of ``policies`` on one fixed trace, ``repeats`` each, the policies taking
-    turns so a busy spell on the machine hits all of them alike. Call :meth:`run_next` one
+    turns so a busy spell on the machine hits all of them alike (in the given order, then
+    reversed: :func:`~specrl.envs.rollout.round_order`). Call :meth:`run_next` one
     episode at a time (to interleave them with other measurements) or :meth:`run_all`."""
 
     def __init__(self, live, policies, *, seed: int = 0, repeats: int = 2, warmup_steps: int = 30):
         self.live, self.seed = live, seed
-        self.todo = [p for _ in range(repeats) for p in policies]
+        self.todo = [p for r in range(repeats) for p in round_order(policies, r)]
         self.n_policies = len(policies)
         self.results: dict[str, list] = {p.name: [] for p in policies}
         if warmup_steps:  # discarded: the first steps of a process are slow

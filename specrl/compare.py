@@ -1,11 +1,13 @@
 """``specrl compare``: every policy on the same traces, side by side.
 
 For each episode seed, every policy serves the same trace in turn (a busy spell on the machine
-then hits all of them alike). Per policy: aggregate tokens/s (the objective), tokens/s per
-batch bucket, the share of steps at each K, and per-request time per output token (TPOT, p50
-and p99), the latency a single stream sees. With more than one episode, the table also gives
-the lowest and highest per-episode ratio to the best static policy on the same trace: live, a
-difference inside that range is not one a single run can tell from the machine's noise.
+then hits all of them alike), in the given order in even episodes and reversed in odd ones (a
+drift in the machine's speed then hits all of them alike over an even number of episodes).
+Per policy: aggregate tokens/s (the objective), tokens/s per batch bucket, the share of steps
+at each K, and per-request time per output token (TPOT, p50 and p99), the latency a single
+stream sees. With more than one episode, the table also gives the lowest and highest
+per-episode ratio to the best static policy on the same trace: live, a difference inside that
+range is not one a single run can tell from the machine's noise.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from specrl.errors import SpecrlError
 from specrl.features import BUCKET_LABELS, batch_bucket
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
+LIVE_WARMUP_STEPS = 30
+"""Live comparisons first play (and discard) this many steps: a fresh process's first steps
+are slow (as in ``validate-surrogate``)."""
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
 
 
@@ -223,23 +228,31 @@ def compare_policies(
     env_name: str = "",
     workload: str = "",
     progress: bool = True,
+    warmup_steps: int = 0,
 ) -> ComparisonReport:
     """Run every policy (objects with ``predict`` and ``name``) for ``episodes`` episodes of
     ``env``; episode ``i`` is reset with ``seed + i`` for every policy, so a preset workload
-    serves each policy the same trace."""
+    serves each policy the same trace. The policies play each episode in turn, in the order
+    given and then reversed (:func:`specrl.envs.rollout.round_order`). ``warmup_steps`` steps
+    of the first episode (played by the last policy) are played and discarded first: live, a
+    fresh process's first steps are slow."""
     from tqdm.auto import tqdm
 
-    from specrl.envs.rollout import run_episode
+    from specrl.envs.rollout import round_order, run_episode
 
     if episodes < 1:
         raise SpecrlError(f"--episodes must be >= 1, got {episodes}")
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise SpecrlError(f"policies repeat a name: {names}; list each policy once")
+    if warmup_steps < 0:
+        raise SpecrlError(f"warmup_steps must be >= 0, got {warmup_steps}")
     runs: dict[str, list] = {p.name: [] for p in policies}
+    if warmup_steps:
+        run_episode(env, policies[-1], seed=seed, max_steps=warmup_steps)
     with tqdm(total=episodes * len(policies), desc="compare", disable=not progress) as bar:
         for i in range(episodes):
-            for policy in policies:
+            for policy in round_order(policies, i):
                 bar.set_postfix_str(f"{policy.name} seed {seed + i}")
                 runs[policy.name].append(run_episode(env, policy, seed=seed + i))
                 bar.update()
@@ -383,7 +396,14 @@ def run(args: argparse.Namespace) -> int:
         episodes=args.episodes,
         env_name=args.env,
         workload=str(args.workload),
+        warmup_steps=LIVE_WARMUP_STEPS if args.env == "live" else 0,
     )
+    if args.env == "live" and args.episodes % 2:
+        print(
+            f"note: {args.episodes} episodes: with an odd number the policies' mean places in "
+            "the play order differ, and a drift in this machine's speed favours the first; "
+            "use an even --episodes"
+        )
     print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
     print(report.format())
     if args.json:

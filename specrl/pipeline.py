@@ -162,7 +162,12 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
 
 def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
-    from specrl.compare import best_static, compare_policies, compare_surrogate
+    from specrl.compare import (
+        LIVE_WARMUP_STEPS,
+        best_static,
+        compare_policies,
+        compare_surrogate,
+    )
     from specrl.envs import LiveSpecEnv
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
@@ -281,6 +286,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         env_name="live",
         workload="mixed",
         progress=options.progress,
+        warmup_steps=LIVE_WARMUP_STEPS,
     )
     reports.append(live)
     lap("compare")

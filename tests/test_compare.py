@@ -159,3 +159,31 @@ def test_repeated_policy_names_are_refused():
     env = _env()
     with pytest.raises(SpecrlError, match="repeat a name"):
         compare_policies(env, [make_policy("off", env=env)] * 2, progress=False)
+
+
+class _Recorder:
+    """Wraps a policy; logs (name, episode_start) for every first step of an episode."""
+
+    def __init__(self, policy, log):
+        self.policy, self.name, self.log = policy, policy.name, log
+
+    def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        if episode_start is not None and episode_start[0]:
+            self.log.append(self.name)
+        return self.policy.predict(obs, state, episode_start, deterministic)
+
+
+def test_policies_take_turns_forward_then_reversed_after_a_discarded_warmup():
+    env = _env()
+    log: list[str] = []
+    specs = ("off", "fixed:1", "fixed:2")
+    policies = [_Recorder(make_policy(s, env=env), log) for s in specs]
+    report = compare_policies(env, policies, seed=2, episodes=4, progress=False, warmup_steps=5)
+    # The warm-up (last policy), then ABBA: every policy's mean place in the order is 1.
+    forward = ["off", "K=1", "K=2"]
+    assert log == ["K=2"] + forward + forward[::-1] + forward + forward[::-1]
+    # The warm-up is not counted: each policy has its 4 episodes, the same 4 traces.
+    assert [len(r.episodes) for r in report.results] == [4, 4, 4]
+    assert len({r.episodes[0].tokens for r in report.results}) == 1
+    with pytest.raises(SpecrlError, match="warmup_steps"):
+        compare_policies(env, policies, progress=False, warmup_steps=-1)
