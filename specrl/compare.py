@@ -322,7 +322,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--workload", default="mixed", help="a preset (mixed, ramp, day, ...) or TRACE.json"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=4,
+        help="episodes per policy (default 4; even, so the play order cancels a drift)",
+    )
     parser.add_argument(
         "--policies", default=None, help="comma list (default: every baseline for the env)"
     )
