@@ -49,6 +49,12 @@ Fields:
   becomes fully stale, the moment ``stale_k`` takes over; so a ``stale_k`` of 0 still probes.
   Before any step has drafted (the start) the interval counts as passed
   (:data:`~specrl.features.NEVER_MEASURED`): K=0 on the first step probes at once.
+  Optional ``"scope"`` (:data:`PROBE_SCOPES`): ``"all"`` (the default when absent) probes at
+  every batch size; ``"speculating"`` only at batch sizes (and context bins) whose row has
+  a K > 0 in some acceptance bin. Elsewhere the table says K=0 at every estimate, so a probe
+  cannot change what it chooses there, and it pays the draft's catch-up on every skipped
+  token of every row. Once the batch reaches a row that speculates, the interval has
+  usually passed and the probe fires at once.
 * ``provenance``: where the table came from; the keys of :data:`PROVENANCE_KEYS` are
   required (more are allowed). :meth:`LookupController.load
   <specrl.controller.LookupController.load>` compares ``profile_fingerprint`` with the
@@ -74,6 +80,8 @@ from specrl.files import check_header, read_json, write_atomic
 TABLE_FORMAT = "specrl-k-table"
 TABLE_VERSION = 2
 K_MAX_LIMIT = 256
+PROBE_SCOPES = ("all", "speculating")
+"""Values of the probe rule's optional ``scope`` (see the module)."""
 """No engine drafts more; a larger ``k_max`` is a corrupt file."""
 MAX_BATCH_LIMIT = 65536
 """The controller expands the buckets into one entry per batch size; this bounds that list."""
@@ -398,11 +406,19 @@ def _validate(table: KTable, source: str) -> None:
     _check_ks(table.stale_k, (n_buckets, *by_context), f"{source}: field 'stale_k'", k_max)
 
     where = f"{source}: field 'probe'"
-    if not isinstance(table.probe, dict) or set(table.probe) != {"after_steps", "k"}:
+    if not isinstance(table.probe, dict) or not (
+        {"after_steps", "k"} <= set(table.probe) <= {"after_steps", "k", "scope"}
+    ):
         raise SpecrlError(
-            f'{where}: expected {{"after_steps": N, "k": P}} (draft P tokens after N '
-            f'steps without drafting, e.g. {{"after_steps": {STALE_STEPS}, "k": 1}}), '
-            f"got {table.probe!r}"
+            f'{where}: expected {{"after_steps": N, "k": P}} and optionally "scope" (draft P '
+            f"tokens after N steps without drafting, e.g. "
+            f'{{"after_steps": {STALE_STEPS}, "k": 1, "scope": "all"}}), got {table.probe!r}'
+        )
+    if table.probe.get("scope", "all") not in PROBE_SCOPES:
+        raise SpecrlError(
+            f"{where}.scope: must be one of {', '.join(map(repr, PROBE_SCOPES))} (where the "
+            f"probe fires: every batch size, or only where the row has a K > 0), got "
+            f"{table.probe['scope']!r}"
         )
     _int_field(
         table.probe["after_steps"],

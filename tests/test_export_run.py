@@ -64,7 +64,10 @@ def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir)
     policy = PPOPolicy.load(run_dir)
     assert (table.k_max, table.max_batch) == (4, 8)
     assert table.acceptance_edges == list(ACCEPTANCE_EDGES)
-    assert table.probe == PROBE
+    assert table.probe == {**PROBE, "scope": "speculating"}  # DEFAULT_PROBE_SCOPE
+    assert table_from_run(run_dir, probe_scope="all").probe == {**PROBE, "scope": "all"}
+    with pytest.raises(SpecrlError, match="probe scope"):
+        table_from_run(run_dir, probe_scope="never")
     mids = [(lo + hi) / 2 for lo, hi in zip(ACCEPTANCE_EDGES, ACCEPTANCE_EDGES[1:])]
     changed = 0
     visits = visited_cells(run_dir)  # the policy's own episodes, seeds from VISIT_SEED

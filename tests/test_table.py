@@ -152,6 +152,8 @@ MALFORMED = [
     ("probe K above k_max", _set(["probe", "k"], 5), "'probe'.k"),
     ("probe after 0 steps", _set(["probe", "after_steps"], 0), "'probe'.after_steps"),
     ("probe has junk", _set(["probe", "every"], 3), "'probe'"),
+    ("probe scope unknown", _set(["probe", "scope"], "sometimes"), "'probe'.scope"),
+    ("probe scope not a string", _set(["probe", "scope"], ["all"]), "'probe'.scope"),
     ("no provenance", _delete("provenance"), "missing field 'provenance'"),
     ("provenance lacks a key", lambda o: o["provenance"].pop("run_id"), "'run_id'"),
     ("training steps a string", _set(["provenance", "training_steps"], "1k"), "training_steps"),
@@ -743,3 +745,33 @@ def test_bench_controller_smoke(tmp_path, capsys):
     assert bench_controller(path, calls=1000) > 0
     assert main(["bench", "controller", "--table", str(path), "--calls", "2000"]) == 0
     assert "ns per call" in capsys.readouterr().out
+
+
+def test_speculating_probe_scope_probes_only_where_the_table_can_draft():
+    """Scope "speculating": no probe at 9-16 rows, whose row is K=0 at every estimate (a probe
+    there could not change the K and would pay the draft's catch-up); at 1-4 rows, which
+    draft at some estimate, the interval counts as usual. Scope "all" (the default) probes
+    at 9-16 rows too."""
+    obj = plain_json()
+    obj["k"] = [[0, 0, 2], [0, 0, 0], [0, 0, 0]]
+    obj["stale_k"] = [0, 0, 0]
+    obj["probe"] = {"after_steps": 8, "k": 1, "scope": "speculating"}
+    speculating = LookupController(table_from_json(obj))
+    del obj["probe"]["scope"]
+    every = LookupController(table_from_json(obj))
+    assert every.table.probe.get("scope", "all") == "all"
+    for controller in (speculating, every):
+        controller.observe(10, 0)  # measured: acceptance 0
+    ks = {"speculating": [], "all": []}
+    for name, controller in (("speculating", speculating), ("all", every)):
+        for batch in [12] * 20 + [3] * 2:
+            k = controller.choose_k(batch)
+            ks[name].append(k)
+            controller.observe(batch * k, 0)
+    assert ks["speculating"] == [0] * 20 + [1, 0]  # 20 steps past 8 at 12 rows: no probe
+    assert ks["all"] == ([0] * 8 + [1]) * 2 + [0, 0, 0] + [0]  # probes at 12 rows
+    fresh = LookupController(
+        table_from_json({**obj, "probe": {"after_steps": 8, "k": 1, "scope": "speculating"}})
+    )
+    assert fresh.choose_k(12) == 0  # nothing measured, but nothing to measure for at 12 rows
+    assert fresh.choose_k(2) == 1  # at 2 rows the table can draft: probe at once
