@@ -58,7 +58,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--surrogate-seeds", type=int, default=20, help="surrogate episodes averaged per policy"
     )
     val.add_argument(
-        "--live-repeats", type=int, default=3, help="live episodes per policy, taking turns"
+        "--live-repeats",
+        type=int,
+        default=3,
+        help="live episodes per policy, taking turns (forward, then reversed; even counts "
+        "cancel a drift in the machine's speed)",
     )
     val.add_argument("--seed", type=int, default=0)
     val.add_argument(
@@ -86,6 +90,7 @@ def validate(args: argparse.Namespace) -> int:
 
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
     from specrl.envs.live import refuse_prompts_profile
+    from specrl.envs.rollout import odd_rounds_note
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
     from specrl.models.pair import load_default_pair
     from specrl.policies.registry import make_policy, parse_policies
@@ -137,6 +142,8 @@ def validate(args: argparse.Namespace) -> int:
 
     from specrl.profile.freshness import check_freshness, speed_matched
 
+    if note := odd_rounds_note(args.live_repeats, "--live-repeats"):
+        print(note)
     rows, speed = [], []
     bar = tqdm(total=len(setups) * len(specs) * args.live_repeats, desc="live episodes")
     for trace, common, live in setups:

@@ -88,3 +88,15 @@ def round_order(items: list, round_index: int) -> list:
     every round. Over an even number of rounds every item's mean place is the same, so a
     linear drift charges all of them alike."""
     return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
+def odd_rounds_note(rounds: int, flag: str) -> str | None:
+    """A note for a live comparison of an odd number of rounds (None when even): the play
+    order of :func:`round_order` then cancels no drift. ``flag`` names the option to change."""
+    if rounds % 2 == 0:
+        return None
+    return (
+        f"note: {rounds} rounds of live episodes: with an odd number the policies' mean places "
+        f"in the play order differ, and a drift in this machine's speed favours the first; use "
+        f"an even {flag}"
+    )

@@ -26,10 +26,10 @@ from specrl.errors import SpecrlError
 from specrl.features import BUCKET_LABELS, batch_bucket
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
+"""Names of the static policies: off and the fixed Ks (not the threshold)."""
 LIVE_WARMUP_STEPS = 30
 """Live comparisons first play (and discard) this many steps: a fresh process's first steps
 are slow (as in ``validate-surrogate``)."""
-"""Names of the static policies: off and the fixed Ks (not the threshold)."""
 
 
 @dataclass
@@ -224,7 +224,7 @@ def compare_policies(
     policies: list,
     *,
     seed: int = 0,
-    episodes: int = 3,
+    episodes: int = 4,
     env_name: str = "",
     workload: str = "",
     progress: bool = True,
@@ -385,6 +385,7 @@ def make_env(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrl.envs.rollout import odd_rounds_note
     from specrl.policies import default_policies, make_policy, parse_policies
 
     env, profile = make_env(args)
@@ -394,6 +395,8 @@ def run(args: argparse.Namespace) -> int:
         else default_policies(args.k_max, surrogate=args.env == "surrogate")
     )
     policies = [make_policy(spec, env=env, profile=profile, force=args.force) for spec in specs]
+    if args.env == "live" and (note := odd_rounds_note(args.episodes, "--episodes")):
+        print(note)
     report = compare_policies(
         env,
         policies,
@@ -403,12 +406,6 @@ def run(args: argparse.Namespace) -> int:
         workload=str(args.workload),
         warmup_steps=LIVE_WARMUP_STEPS if args.env == "live" else 0,
     )
-    if args.env == "live" and args.episodes % 2:
-        print(
-            f"note: {args.episodes} episodes: with an odd number the policies' mean places in "
-            "the play order differ, and a drift in this machine's speed favours the first; "
-            "use an even --episodes"
-        )
     print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
     print(report.format())
     if args.json:

@@ -16,7 +16,7 @@ acceptance estimate (bins over [0, 1]) and optionally by context length::
      "acceptance_edges": [0.0, 0.4, 0.7, 1.0],
      "k": [[1, 3, 4], [0, 2, 3], [0, 0, 1]],
      "stale_k": [0, 0, 0],
-     "probe": {"after_steps": 32, "k": 1},
+     "probe": {"after_steps": 32, "k": 1, "scope": "speculating"},
      "provenance": {"profile_sha256": "...", "profile_fingerprint": {...}, "target_id": "...",
                     "draft_id": "...", "run_id": "...", "training_steps": 200000,
                     "specrl_version": "0.1.0", "created": "2026-11-02T10:00:00+00:00"}
@@ -80,9 +80,9 @@ from specrl.files import check_header, read_json, write_atomic
 TABLE_FORMAT = "specrl-k-table"
 TABLE_VERSION = 2
 K_MAX_LIMIT = 256
+"""No engine drafts more; a larger ``k_max`` is a corrupt file."""
 PROBE_SCOPES = ("all", "speculating")
 """Values of the probe rule's optional ``scope`` (see the module)."""
-"""No engine drafts more; a larger ``k_max`` is a corrupt file."""
 MAX_BATCH_LIMIT = 65536
 """The controller expands the buckets into one entry per batch size; this bounds that list."""
 CONTEXT_LIMIT = 2**31 - 2
@@ -113,7 +113,7 @@ _MEANING = {
     "context_bins": "[lo, hi] context ranges from 1, the last [lo, null]",
     "k": "K per batch bucket and acceptance bin",
     "stale_k": "K per batch bucket when the acceptance estimate is unknown or stale",
-    "probe": 'the probe rule while K=0, like {"after_steps": 32, "k": 1}',
+    "probe": 'the probe rule while K=0, like {"after_steps": 32, "k": 1, "scope": "all"}',
     "provenance": "where the table came from",
 }
 _FIELDS = tuple(_MEANING)

@@ -165,9 +165,10 @@ class _Recorder:
     """Wraps a policy; logs (name, episode_start) for every first step of an episode."""
 
     def __init__(self, policy, log):
-        self.policy, self.name, self.log = policy, policy.name, log
+        self.policy, self.name, self.log, self.calls = policy, policy.name, log, 0
 
     def predict(self, obs, state=None, episode_start=None, deterministic=True):
+        self.calls += 1
         if episode_start is not None and episode_start[0]:
             self.log.append(self.name)
         return self.policy.predict(obs, state, episode_start, deterministic)
@@ -184,6 +185,16 @@ def test_policies_take_turns_forward_then_reversed_after_a_discarded_warmup():
     assert log == ["K=2"] + forward + forward[::-1] + forward + forward[::-1]
     # The warm-up is not counted: each policy has its 4 episodes, the same 4 traces.
     assert [len(r.episodes) for r in report.results] == [4, 4, 4]
+    steps = [sum(e.steps for e in r.episodes) for r in report.results]
+    assert [p.calls for p in policies] == [steps[0], steps[1], steps[2] + 5]  # 5 warm-up steps
     assert len({r.episodes[0].tokens for r in report.results}) == 1
     with pytest.raises(SpecrlError, match="warmup_steps"):
         compare_policies(env, policies, progress=False, warmup_steps=-1)
+
+
+def test_an_odd_number_of_live_rounds_gets_a_note_naming_the_flag():
+    from specrl.envs.rollout import odd_rounds_note
+
+    assert odd_rounds_note(4, "--episodes") is None
+    note = odd_rounds_note(3, "--live-repeats")
+    assert note.startswith("note: 3 rounds") and note.endswith("use an even --live-repeats")

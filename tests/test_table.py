@@ -759,7 +759,7 @@ def test_speculating_probe_scope_probes_only_where_the_table_can_draft():
     speculating = LookupController(table_from_json(obj))
     del obj["probe"]["scope"]
     every = LookupController(table_from_json(obj))
-    assert every.table.probe.get("scope", "all") == "all"
+    assert "scope" not in every.table.to_json()["probe"]  # absent: probes everywhere
     for controller in (speculating, every):
         controller.observe(10, 0)  # measured: acceptance 0
     ks = {"speculating": [], "all": []}
