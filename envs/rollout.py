@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.envs.base import OBS_NAMES
+from specrl.errors import SpecrlError
 
 _ACCEPTANCE = OBS_NAMES.index("acceptance")
+LIVE_WARMUP_STEPS = 30
+"""Steps a live comparison plays and discards before its first measured episode
+(:func:`warm_up`): a fresh process's first steps are slow."""
 
 
 @dataclass
@@ -77,6 +81,15 @@ def run_episode(
     result.mean_step_tokens_per_s = rate_sum / max(result.steps, 1)
     result.request_tpot_s = list(env.unwrapped.request_tpot_s)
     return result
+
+
+def warm_up(env, policy, *, seed: int | None, steps: int) -> None:
+    """Play ``steps`` steps of ``policy`` on ``env`` (reset with ``seed``) and discard them:
+    live, a fresh process's first steps are slow. Nothing is played for ``steps=0``."""
+    if steps < 0:
+        raise SpecrlError(f"warmup_steps must be >= 0, got {steps}")
+    if steps:
+        run_episode(env, policy, seed=seed, max_steps=steps)
 
 
 def round_order(items: list, round_index: int) -> list:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specrl.envs.rollout import round_order, run_episode
+from specrl.envs.rollout import LIVE_WARMUP_STEPS, round_order, run_episode, warm_up
 
 
 @dataclass
@@ -79,13 +79,20 @@ class LiveRuns:
     reversed: :func:`~specrl.envs.rollout.round_order`). Call :meth:`run_next` one
     episode at a time (to interleave them with other measurements) or :meth:`run_all`."""
 
-    def __init__(self, live, policies, *, seed: int = 0, repeats: int = 2, warmup_steps: int = 30):
+    def __init__(
+        self,
+        live,
+        policies,
+        *,
+        seed: int = 0,
+        repeats: int = 2,
+        warmup_steps: int = LIVE_WARMUP_STEPS,
+    ):
         self.live, self.seed = live, seed
         self.todo = [p for r in range(repeats) for p in round_order(policies, r)]
         self.n_policies = len(policies)
         self.results: dict[str, list] = {p.name: [] for p in policies}
-        if warmup_steps:  # discarded: the first steps of a process are slow
-            run_episode(live, policies[-1], seed=seed, max_steps=warmup_steps)
+        warm_up(live, policies[-1], seed=seed, steps=warmup_steps)
 
     def run_next(self, *_) -> str | None:
         """Play the next episode; returns its policy's name (None when all are played)."""
@@ -119,7 +126,7 @@ def compare(
     seed: int = 0,
     live_repeats: int = 2,
     surrogate_seeds: int = 20,
-    warmup_steps: int = 30,
+    warmup_steps: int = LIVE_WARMUP_STEPS,
 ) -> list[Comparison]:
     """Aggregate tokens/s of each policy live (:class:`LiveRuns`) and in the surrogate
     (``surrogate_seeds`` episodes); both envs must hold the same fixed trace."""

@@ -27,9 +27,6 @@ from specrl.features import BUCKET_LABELS, batch_bucket
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
-LIVE_WARMUP_STEPS = 30
-"""Live comparisons first play (and discard) this many steps: a fresh process's first steps
-are slow (as in ``validate-surrogate``)."""
 
 
 @dataclass
@@ -234,22 +231,19 @@ def compare_policies(
     ``env``; episode ``i`` is reset with ``seed + i`` for every policy, so a preset workload
     serves each policy the same trace. The policies play each episode in turn, in the order
     given and then reversed (:func:`specrl.envs.rollout.round_order`). ``warmup_steps`` steps
-    of the first episode (played by the last policy) are played and discarded first: live, a
-    fresh process's first steps are slow."""
+    of the first episode (played by the last policy) are played and discarded first
+    (:func:`specrl.envs.rollout.warm_up`)."""
     from tqdm.auto import tqdm
 
-    from specrl.envs.rollout import round_order, run_episode
+    from specrl.envs.rollout import round_order, run_episode, warm_up
 
     if episodes < 1:
         raise SpecrlError(f"--episodes must be >= 1, got {episodes}")
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise SpecrlError(f"policies repeat a name: {names}; list each policy once")
-    if warmup_steps < 0:
-        raise SpecrlError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    warm_up(env, policies[-1], seed=seed, steps=warmup_steps)
     runs: dict[str, list] = {p.name: [] for p in policies}
-    if warmup_steps:
-        run_episode(env, policies[-1], seed=seed, max_steps=warmup_steps)
     with tqdm(total=episodes * len(policies), desc="compare", disable=not progress) as bar:
         for i in range(episodes):
             for policy in round_order(policies, i):
@@ -385,7 +379,7 @@ def make_env(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrl.envs.rollout import odd_rounds_note
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policy, parse_policies
 
     env, profile = make_env(args)

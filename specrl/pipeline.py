@@ -162,13 +162,9 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
 
 def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
-    from specrl.compare import (
-        LIVE_WARMUP_STEPS,
-        best_static,
-        compare_policies,
-        compare_surrogate,
-    )
+    from specrl.compare import best_static, compare_policies, compare_surrogate
     from specrl.envs import LiveSpecEnv
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
     from specrl.policies import default_policies, make_policy

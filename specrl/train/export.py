@@ -92,12 +92,11 @@ def table_from_run(
     :param probe_scope: the probe rule's ``scope`` (:data:`specrl.table.PROBE_SCOPES`; see
         :data:`DEFAULT_PROBE_SCOPE`).
     """
-    from specrl.policies.ppo import PROBE, PPOPolicy
-
-    if probe_scope not in PROBE_SCOPES:
+    if probe_scope not in PROBE_SCOPES:  # before the model loads
         raise SpecrlError(
             f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
         )
+    from specrl.policies.ppo import PROBE, PPOPolicy
     from specrl.train.config import SUMMARY_FILE, load_config
     from specrl.train.run import _load_run_profile
 
