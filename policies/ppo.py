@@ -40,8 +40,8 @@ POLICY_OBS_NAMES = ("log_batch", "acceptance", "stale")
 """What the network reads, from the env's observation (see the module)."""
 PROBE = {"after_steps": 256, "k": 1}
 """The probe rule of the policy and of its training; the table it exports to adds a
-``scope`` (``specrl export --probe-scope``: by default it probes only where the table can
-draft, see :data:`specrl.train.export.DEFAULT_PROBE_SCOPE`). A probe
+``scope`` (``specrl export --probe-scope``: by default it probes only where the table drafts
+at its operating acceptance, see :data:`specrl.train.export.DEFAULT_PROBE_SCOPE`). A probe
 after K=0 costs more than its one step: the draft catches up on every token it skipped, for
 every row. In the surrogate on steady-128 (2 seeds), K=0 with a probe every 32 steps reached
 0.936x of plain decoding, below K=1 throughout (0.955x); every 256 steps, 0.994x. PPO trained

@@ -46,8 +46,8 @@ class LookupController:
     * When that K is 0 and no step has drafted for the probe rule's ``after_steps``
       steps (or none ever has: the first step probes): the probe's K, so that a step
       measures acceptance again. The probe repeats until a step reports drafted tokens to
-      :meth:`observe`. With the rule's ``scope`` "speculating", only at batch sizes (and
-      context bins) where the table has a K > 0 at some estimate.
+      :meth:`observe`. Only at batch sizes (and context bins) where the rule's ``scope``
+      lets it fire (:meth:`specrl.table.KTable.probes_at`).
 
     ``context_len`` (the batch's longest row, tokens) picks the context bin of a table that
     has them; None means the first bin. ``step_time_s`` is accepted so that every controller
@@ -71,7 +71,6 @@ class LookupController:
         "_stale_index",
         "_probe_after",
         "_probe_k",
-        "_probe_all",
         "_last_k",
     )
 
@@ -88,13 +87,12 @@ class LookupController:
         self._context_starts = tuple(table.context_starts) if table.context_bins else None
         self._probe_after = table.probe["after_steps"]
         self._probe_k = table.probe["k"]
-        self._probe_all = table.probe.get("scope", "all") == "all"
         self._last_k = 0
         # One tuple per (bucket, context bin): K per acceptance bin, the stale K, then
-        # whether any acceptance bin has K > 0 (where a "speculating" probe fires).
+        # whether the probe may fire there (its scope).
         by_bucket = [
             tuple(
-                (*table.cell(b, c), table.stale(b, c), any(table.cell(b, c)))
+                (*table.cell(b, c), table.stale(b, c), table.probes_at(b, c))
                 for c in range(table.n_context)
             )
             for b in range(len(table.batch_buckets))
@@ -138,7 +136,7 @@ class LookupController:
             k = cells[self._stale_index]
         else:
             k = cells[bisect_right(self._inner_edges, tracker.estimate)]
-        if k == 0 and since >= self._probe_after and (self._probe_all or cells[-1]):
+        if k == 0 and since >= self._probe_after and cells[-1]:
             k = self._probe_k
         self._last_k = k
         return k

@@ -41,6 +41,10 @@ class DemoOptions:
     surrogate_episodes: int = 2
     live_requests: int = 64
     """Requests in the live held-out trace (the mixed preset)."""
+    live_episodes: int = 2
+    """Live held-out traces (seeds from :data:`HELD_OUT_SEED`), the policies in ABBA order
+    (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed (the table)
+    would meet the machine every round after the others."""
     max_batch: int = 128
     """Largest batch: of the profile's grid (when measured), training, the comparisons and
     the live trace's peak concurrency."""
@@ -278,7 +282,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         live_env,
         live_policies,
         seed=HELD_OUT_SEED,
-        episodes=1,
+        episodes=options.live_episodes,
         env_name="live",
         workload="mixed",
         progress=options.progress,
@@ -330,7 +334,12 @@ def run_demo(options: DemoOptions) -> DemoResult:
     (run_dir / "demo.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     _say(f"\nsurrogate, workload mixed, {options.surrogate_episodes} held-out episodes:")
     _say(mixed.format())
-    _say(f"\nlive on this machine, one held-out mixed trace of {options.live_requests} requests:")
+    traces = (
+        "one held-out mixed trace"
+        if options.live_episodes == 1
+        else (f"{options.live_episodes} held-out mixed traces")
+    )
+    _say(f"\nlive on this machine, {traces} of {options.live_requests} requests:")
     _say(live.format())
     _say(f"\nwrote {run_dir}/:")
     for what, where in artifacts.items():
@@ -372,6 +381,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=defaults.live_requests,
         help="requests in the live held-out trace (64)",
     )
+    parser.add_argument(
+        "--live-episodes",
+        type=int,
+        default=defaults.live_episodes,
+        help="live held-out traces, the policies taking turns in ABBA order (2)",
+    )
     parser.add_argument("--measure", action="store_true", help="measure a new profile")
     parser.add_argument(
         "--wandb", choices=("offline", "online", "disabled"), default=defaults.wandb
@@ -385,8 +400,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.timesteps < 1 or args.live_requests < 1 or args.surrogate_episodes < 1:
-        raise SpecrlError("--timesteps, --live-requests and --surrogate-episodes must be >= 1")
+    counts = (args.timesteps, args.live_requests, args.live_episodes, args.surrogate_episodes)
+    if min(counts) < 1:
+        raise SpecrlError(
+            "--timesteps, --live-requests, --live-episodes and --surrogate-episodes must be >= 1"
+        )
     run_demo(
         DemoOptions(
             out=args.out,
@@ -394,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
             timesteps=args.timesteps,
             surrogate_episodes=args.surrogate_episodes,
             live_requests=args.live_requests,
+            live_episodes=args.live_episodes,
             measure=args.measure,
             wandb=args.wandb,
             threads=args.threads,

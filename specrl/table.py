@@ -49,12 +49,22 @@ Fields:
   becomes fully stale, the moment ``stale_k`` takes over; so a ``stale_k`` of 0 still probes.
   Before any step has drafted (the start) the interval counts as passed
   (:data:`~specrl.features.NEVER_MEASURED`): K=0 on the first step probes at once.
-  Optional ``"scope"`` (:data:`PROBE_SCOPES`): ``"all"`` (the default when absent) probes at
-  every batch size; ``"speculating"`` only at batch sizes (and context bins) whose row has
-  a K > 0 in some acceptance bin. Elsewhere the table says K=0 at every estimate, so a probe
-  cannot change what it chooses there, and it pays the draft's catch-up on every skipped
-  token of every row. Once the batch reaches a row that speculates, the interval has
-  usually passed and the probe fires at once.
+  Optional ``"scope"`` (:data:`PROBE_SCOPES`), where the probe may fire:
+
+  * ``"all"`` (the default when absent): at every batch size.
+  * ``"speculating"``: only at batch sizes (and context bins) whose row has a K > 0 in some
+    acceptance bin. Elsewhere the table says K=0 at every estimate, so a probe cannot
+    change what it chooses there, and it pays the draft's catch-up on every skipped token
+    of every row.
+  * ``"operating"``, with ``"acceptance": A`` (a number in [0, 1], required with this scope
+    and refused with the others): only where the row has a K > 0 in some acceptance bin at
+    or below the one holding ``A``, the typical acceptance the table was made for (the
+    export writes its operating point there). A row that drafts only at estimates above
+    ``A`` pays the catch-up of a probe for a change of K that typical traffic does not
+    bring; it still drafts when a fresh estimate reaches its K > 0 bins.
+
+  Once the batch reaches a row where the probe may fire, the interval has usually passed
+  and the probe fires at once.
 * ``provenance``: where the table came from; the keys of :data:`PROVENANCE_KEYS` are
   required (more are allowed). :meth:`LookupController.load
   <specrl.controller.LookupController.load>` compares ``profile_fingerprint`` with the
@@ -81,7 +91,7 @@ TABLE_FORMAT = "specrl-k-table"
 TABLE_VERSION = 2
 K_MAX_LIMIT = 256
 """No engine drafts more; a larger ``k_max`` is a corrupt file."""
-PROBE_SCOPES = ("all", "speculating")
+PROBE_SCOPES = ("all", "speculating", "operating")
 """Values of the probe rule's optional ``scope`` (see the module)."""
 MAX_BATCH_LIMIT = 65536
 """The controller expands the buckets into one entry per batch size; this bounds that list."""
@@ -168,6 +178,17 @@ class KTable:
         """K in bucket ``bucket`` and context bin ``context`` when the estimate is stale."""
         entry = self.stale_k[bucket]
         return entry if self.context_bins is None else entry[context]
+
+    def probes_at(self, bucket: int, context: int = 0) -> bool:
+        """Whether the probe rule may fire in bucket ``bucket`` and context bin ``context``
+        (its ``scope``; see the module)."""
+        scope = self.probe.get("scope", "all")
+        if scope == "all":
+            return True
+        ks = self.cell(bucket, context)
+        if scope == "operating":
+            ks = ks[: self.acceptance_bin(self.probe["acceptance"]) + 1]
+        return any(ks)
 
     def acceptance_bin(self, acceptance: float) -> int:
         """The bin holding ``acceptance`` (below 0: the first; 1 and above: the last)."""
@@ -407,18 +428,32 @@ def _validate(table: KTable, source: str) -> None:
 
     where = f"{source}: field 'probe'"
     if not isinstance(table.probe, dict) or not (
-        {"after_steps", "k"} <= set(table.probe) <= {"after_steps", "k", "scope"}
+        {"after_steps", "k"} <= set(table.probe) <= {"after_steps", "k", "scope", "acceptance"}
     ):
         raise SpecrlError(
             f'{where}: expected {{"after_steps": N, "k": P}} and optionally "scope" (draft P '
             f"tokens after N steps without drafting, e.g. "
             f'{{"after_steps": {STALE_STEPS}, "k": 1, "scope": "all"}}), got {table.probe!r}'
         )
-    if table.probe.get("scope", "all") not in PROBE_SCOPES:
+    scope = table.probe.get("scope", "all")
+    if scope not in PROBE_SCOPES:
         raise SpecrlError(
             f"{where}.scope: must be one of {', '.join(map(repr, PROBE_SCOPES))} (where the "
-            f"probe fires: every batch size, or only where the row has a K > 0), got "
-            f"{table.probe['scope']!r}"
+            f"probe fires: every batch size, only where the row has a K > 0, or only where it "
+            f"has one at or below the operating acceptance), got {table.probe['scope']!r}"
+        )
+    if scope == "operating":
+        acceptance = table.probe.get("acceptance")
+        if not _is_number(acceptance) or not 0 <= acceptance <= 1:
+            raise SpecrlError(
+                f'{where}.acceptance: the scope "operating" needs the acceptance it probes at, '
+                f'a number in [0, 1] (like {{"scope": "operating", "acceptance": 0.7}}), got '
+                f"{acceptance!r}"
+            )
+    elif "acceptance" in table.probe:
+        raise SpecrlError(
+            f'{where}.acceptance: only the scope "operating" takes an acceptance (this rule\'s '
+            f'scope is {scope!r}); remove it, or set "scope": "operating"'
         )
     _int_field(
         table.probe["after_steps"],

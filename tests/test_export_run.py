@@ -64,8 +64,14 @@ def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir)
     policy = PPOPolicy.load(run_dir)
     assert (table.k_max, table.max_batch) == (4, 8)
     assert table.acceptance_edges == list(ACCEPTANCE_EDGES)
-    assert table.probe == {**PROBE, "scope": "speculating"}  # DEFAULT_PROBE_SCOPE
+    # DEFAULT_PROBE_SCOPE, at the profile's mean acceptance unless told
+    typical = round(float(np.mean(linear_profile().mean_acceptance)), 4)
+    assert table.probe == {**PROBE, "scope": "operating", "acceptance": typical}
+    operating = table_from_run(run_dir, probe_acceptance=0.55).probe
+    assert operating == {**PROBE, "scope": "operating", "acceptance": 0.55}
     assert table_from_run(run_dir, probe_scope="all").probe == {**PROBE, "scope": "all"}
+    spec = table_from_run(run_dir, probe_scope="speculating", probe_acceptance=0.55).probe
+    assert spec == {**PROBE, "scope": "speculating"}
     with pytest.raises(SpecrlError, match="probe scope"):
         table_from_run(run_dir, probe_scope="never")
     mids = [(lo + hi) / 2 for lo, hi in zip(ACCEPTANCE_EDGES, ACCEPTANCE_EDGES[1:])]
@@ -191,6 +197,15 @@ def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
     table = load_table(native)
     assert 0 < table.provenance["operating_acceptance"] <= 1
     assert table.provenance["fidelity"]["match"] >= 0.99
+    # The probe looks where the vLLM file collapses: the policy's mean fresh estimate.
+    mean = table.provenance["fidelity"]["mean_acceptance"]
+    assert table.probe["scope"] == "operating"
+    assert table.probe["acceptance"] == table.provenance["operating_acceptance"] == round(mean, 4)
+    told = tmp_path / "told.json"
+    assert main([*args[:4], str(told), "--no-progress", "--force", "--acceptance", "0.3"]) == 0
+    assert load_table(told).probe["acceptance"] == 0.3
+    assert load_table(told).provenance["operating_acceptance"] == 0.3
+    capsys.readouterr()
     vllm = tmp_path / "v.json"
     assert main(["export", "--table", str(native), "--format", "vllm", "--out", str(vllm)]) == 0
     obj = json.loads(vllm.read_text())

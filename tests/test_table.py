@@ -154,6 +154,27 @@ MALFORMED = [
     ("probe has junk", _set(["probe", "every"], 3), "'probe'"),
     ("probe scope unknown", _set(["probe", "scope"], "sometimes"), "'probe'.scope"),
     ("probe scope not a string", _set(["probe", "scope"], ["all"]), "'probe'.scope"),
+    ("operating probe, no acceptance", _set(["probe", "scope"], "operating"), "'probe'.acceptance"),
+    (
+        "operating probe, acceptance NaN",
+        lambda o: o["probe"].update(scope="operating", acceptance=math.nan),
+        "'probe'.acceptance",
+    ),
+    (
+        "operating probe, acceptance above 1",
+        lambda o: o["probe"].update(scope="operating", acceptance=1.5),
+        "'probe'.acceptance",
+    ),
+    (
+        "operating probe, acceptance a string",
+        lambda o: o["probe"].update(scope="operating", acceptance="0.7"),
+        "'probe'.acceptance",
+    ),
+    (
+        "acceptance with scope all",
+        lambda o: o["probe"].update(scope="all", acceptance=0.7),
+        'only the scope "operating" takes',
+    ),
     ("no provenance", _delete("provenance"), "missing field 'provenance'"),
     ("provenance lacks a key", lambda o: o["provenance"].pop("run_id"), "'run_id'"),
     ("training steps a string", _set(["provenance", "training_steps"], "1k"), "training_steps"),
@@ -775,3 +796,37 @@ def test_speculating_probe_scope_probes_only_where_the_table_can_draft():
     )
     assert fresh.choose_k(12) == 0  # nothing measured, but nothing to measure for at 12 rows
     assert fresh.choose_k(2) == 1  # at 2 rows the table can draft: probe at once
+
+
+def test_operating_probe_scope_probes_where_the_table_drafts_at_typical_acceptance():
+    """Scope "operating" at acceptance 0.6: 1-4 rows draft from the first bin, 5-8 rows from
+    [0.5, 0.8) (holding 0.6), so both probe; 9-16 rows draft only from 0.8, above it, so no
+    probe there, although "speculating" probes there. A fresh estimate of 0.9 still drafts
+    at 9-16 rows: only the probe is scoped."""
+    obj = plain_json()
+    obj["k"] = [[1, 3, 4], [0, 2, 3], [0, 0, 1]]
+    obj["stale_k"] = [0, 0, 0]
+    obj["probe"] = {"after_steps": 8, "k": 1, "scope": "operating", "acceptance": 0.6}
+    operating = table_from_json(obj)
+    speculating = table_from_json(
+        {**obj, "probe": {"after_steps": 8, "k": 1, "scope": "speculating"}}
+    )
+    assert [operating.probes_at(b) for b in range(3)] == [True, True, False]
+    assert [speculating.probes_at(b) for b in range(3)] == [True, True, True]
+    at_top = table_from_json({**obj, "probe": {**obj["probe"], "acceptance": 0.8}})
+    assert [at_top.probes_at(b) for b in range(3)] == [True, True, True]  # 0.8 is in the top bin
+    ks = {}
+    for name, table in (("operating", operating), ("speculating", speculating)):
+        controller = LookupController(table)
+        controller.observe(10, 0)  # measured: acceptance 0
+        ks[name] = []
+        for batch in [12] * 10 + [6] * 2:
+            k = controller.choose_k(batch)
+            ks[name].append(k)
+            controller.observe(batch * k, 0)
+    assert ks["operating"] == [0] * 10 + [1, 0]  # past 8 steps: no probe at 12, at 6 at once
+    assert ks["speculating"] == [0] * 8 + [1, 0, 0, 0]  # probes at 12 rows
+    fresh = LookupController(operating)
+    assert fresh.choose_k(12) == 0  # nothing measured, no probe at 12 rows
+    fresh.observe(20, 18, k=2)  # a fresh estimate of 0.9 (per token, at K=2)
+    assert fresh.tracker.estimate > 0.8 and fresh.choose_k(12) == 1

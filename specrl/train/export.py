@@ -38,20 +38,28 @@ binning changes the policy's K. Bins 0.02 wide matched a default run in 98.49% o
 states (its K=0/K=1 edge runs along the acceptance at 33-128 rows, where the estimate sits
 most of the time), 0.01 wide 99.59%, 0.005 wide 99.94%; 0.01 keeps the file at 14 KB."""
 FIDELITY_SEED = 20_000
-DEFAULT_PROBE_SCOPE = "speculating"
-"""The exported probe rule's ``scope``: probe only at batch sizes where the table has a K > 0
-at some estimate. Training probes at every batch size (:data:`specrl.policies.ppo.PROBE`).
-Why the table differs: where the policy runs off at every estimate (21-128 rows), a probe
-cannot change its K, and it pays the draft's catch-up on 256 skipped tokens of every row.
-Rows that finish while K=0 then never catch up at all. One table in the surrogate (10
-episodes, seed 20,000, 2026-12-01), "all" -> "speculating":
+DEFAULT_PROBE_SCOPE = "operating"
+"""The exported probe rule's ``scope``, with the table's operating acceptance (see
+:func:`checked_table`): probe only at batch sizes where the table has a K > 0 at or below
+that acceptance. Training probes at every batch size (:data:`specrl.policies.ppo.PROBE`).
+Why the table differs. A probe after a long stretch at K=0 pays the draft's catch-up on every
+token that every row skipped, and on the prompts of every row admitted meanwhile. Where the
+policy runs off at every estimate (21-128 rows on the run below), a probe cannot change its
+K. Where it drafts only at estimates above the typical one (17-20 rows: from 0.81-0.97), it
+rarely does, while a stale estimate from the small batches before a burst (0.85-0.93) keeps
+inviting the probe. One table in the surrogate (``specrl compare --env surrogate --episodes 40
+--seed 20000``, 2026-12-01; the "operating" acceptance 0.70), scope "all" -> "speculating" ->
+"operating":
 
-* tokens/s: ramp 265.5 -> 267.6, day 379.7 -> 385.5, bursts 373.9 -> 377.5;
-* / off at 65-128 rows: 0.935 -> 0.996, 0.966 -> 1.003, 0.992 -> 1.004.
+* tokens/s: ramp 262.8 -> 264.8 -> 265.2, day 376.8 -> 382.5 -> 383.1, bursts 367.7 ->
+  370.9 -> 371.1;
+* the lowest bucket / off: ramp 0.938 (65-128 rows) -> 0.975 (17-32) -> 0.994 (17-32), day
+  0.963 (65-128) -> 0.975 (17-32) -> 0.999 (17-32), bursts 0.987 (9-16) -> 0.877 (17-32)
+  -> 0.937 (9-16).
 
-The catch-up that is left lands where drafting resumes, at 17-20 rows: / off at 17-32 rows
-0.990 -> 0.971, 0.998 -> 0.972, 0.979 -> 0.859. The fidelity check counts each probe the
-table skips (and the policy makes) as a mismatch: 99.63% of states against 99.69%."""
+On bursts the catch-up after each burst lands where drafting resumes: the oracle's lowest
+bucket there is 0.950 (65-128 rows). The fidelity check counts each probe
+the table skips (and the policy makes) as a mismatch."""
 FIDELITY_EPISODES = 4
 """Fidelity check episodes per evaluation workload. Why 4, not 2: one state where the table
 and the network differ can move the rest of an episode, so the tokens/s ratio over few
@@ -81,6 +89,7 @@ def table_from_run(
     episodes: int = 2,
     progress: bool = False,
     probe_scope: str = DEFAULT_PROBE_SCOPE,
+    probe_acceptance: float | None = None,
 ) -> KTable:
     """The K table of the final model of ``run_dir`` (see the module).
 
@@ -91,12 +100,15 @@ def table_from_run(
         its evaluation workloads; False: the policy's K in every cell as it is.
     :param probe_scope: the probe rule's ``scope`` (:data:`specrl.table.PROBE_SCOPES`; see
         :data:`DEFAULT_PROBE_SCOPE`).
+    :param probe_acceptance: with the scope "operating", the acceptance it probes at; None:
+        the profile's mean acceptance (:func:`checked_table` passes the one the policy
+        observed).
     """
     if probe_scope not in PROBE_SCOPES:  # before the model loads
         raise SpecrlError(
             f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
         )
-    from specrl.policies.ppo import PROBE, PPOPolicy
+    from specrl.policies.ppo import PPOPolicy
     from specrl.train.config import SUMMARY_FILE, load_config
     from specrl.train.run import _load_run_profile
 
@@ -153,10 +165,27 @@ def table_from_run(
         max_batch=config.max_batch,
         acceptance_edges=edges,
         provenance=prov,
-        probe={**PROBE, "scope": probe_scope},
+        probe=probe_rule(probe_scope, probe_acceptance, profile),
         monotone=monotone,
         monotone_weights=weights,
     )
+
+
+def profile_acceptance(profile) -> float:
+    """The profile's mean acceptance, rounded to 4 places: the operating point of a table
+    exported without a fidelity check."""
+    return round(float(np.mean(profile.mean_acceptance)), 4)
+
+
+def probe_rule(scope: str, acceptance: float | None, profile) -> dict:
+    """The exported probe rule: the policy's (:data:`specrl.policies.ppo.PROBE`) with
+    ``scope``; the scope "operating" probes at ``acceptance`` (None: the profile's mean)."""
+    from specrl.policies.ppo import PROBE
+
+    rule = {**PROBE, "scope": scope}
+    if scope == "operating":
+        rule["acceptance"] = profile_acceptance(profile) if acceptance is None else acceptance
+    return rule
 
 
 def visited_cells(
@@ -264,6 +293,64 @@ class Fidelity:
         }
 
 
+@dataclass
+class PolicyRuns:
+    """The policy's own episodes of a fidelity check, recorded so that a table can shadow
+    them afterwards (:func:`check_fidelity`)."""
+
+    seeds: list[int]
+    steps: dict[str, list[list[tuple[int, int, int, int]]]]
+    """Per workload, per seed, per step: ``(rows decoded, K, drafted, accepted)``."""
+    tokens: dict[str, list]
+    """Per workload: ``[committed tokens, seconds]`` over its episodes."""
+    fresh: list[float]
+    """The acceptance estimate at every step where it was fresh."""
+
+    @property
+    def mean_acceptance(self) -> float:
+        return float(np.mean(self.fresh)) if self.fresh else float("nan")
+
+
+def play_policy(
+    run_dir: str | Path,
+    *,
+    episodes: int = FIDELITY_EPISODES,
+    seed: int = FIDELITY_SEED,
+    progress: bool = True,
+) -> PolicyRuns:
+    """Play the run's policy on ``episodes`` seeds (from ``seed``) of each of its evaluation
+    workloads in the surrogate, and record what a table needs to shadow it."""
+    from tqdm.auto import tqdm
+
+    from specrl.policies.base import ACCEPTANCE, STALENESS
+    from specrl.policies.ppo import PPOPolicy
+    from specrl.train.config import load_config
+    from specrl.train.run import _load_run_profile, surrogate_env
+
+    config = load_config(run_dir)
+    policy = PPOPolicy.load(run_dir)
+    profile, _ = _load_run_profile(config)
+    runs = PolicyRuns([seed + i for i in range(episodes)], {}, {}, [])
+    bar = tqdm(
+        total=len(config.eval_workloads) * episodes, desc="fidelity: policy", disable=not progress
+    )
+    for name in config.eval_workloads:
+        env = surrogate_env(config, profile, name)
+        runs.steps[name], runs.tokens[name] = [], [0, 0.0]
+        for s in runs.seeds:
+            steps = []
+            for obs, k, rows, info in policy_steps(policy, env, s):
+                steps.append((rows, k, info["drafted"], info["accepted"]))
+                if obs[STALENESS] == 0.0:  # the estimate is fresh
+                    runs.fresh.append(float(obs[ACCEPTANCE]))
+                runs.tokens[name][0] += info["committed"]
+                runs.tokens[name][1] += info["step_time_s"]
+            runs.steps[name].append(steps)
+            bar.update()
+    bar.close()
+    return runs
+
+
 def check_fidelity(
     run_dir: str | Path,
     table: KTable,
@@ -271,43 +358,44 @@ def check_fidelity(
     episodes: int = FIDELITY_EPISODES,
     seed: int = FIDELITY_SEED,
     progress: bool = True,
+    policy_runs: PolicyRuns | None = None,
 ) -> Fidelity:
     """Play the run's policy on ``episodes`` seeds of each of its evaluation workloads in the
-    surrogate, with the table's controller shadowing it (fed the same drafted and accepted
-    counts), then play the table alone on the same seeds (:class:`LookupPolicy`)."""
+    surrogate (or take ``policy_runs``, from :func:`play_policy`), with the table's controller
+    shadowing it (fed the same drafted and accepted counts), then play the table alone on the
+    same seeds (:class:`LookupPolicy`)."""
     from tqdm.auto import tqdm
 
     from specrl.controller import LookupController
     from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
-    from specrl.policies.ppo import PPOPolicy
     from specrl.train.config import load_config
     from specrl.train.run import _load_run_profile, surrogate_env
 
+    if policy_runs is None:
+        policy_runs = play_policy(run_dir, episodes=episodes, seed=seed, progress=progress)
     config = load_config(run_dir)
-    policy = PPOPolicy.load(run_dir, k_max=table.k_max)
     profile, _ = _load_run_profile(config)
-    seeds = [seed + i for i in range(episodes)]
     total = matches = 0
     tokens = {"policy": 0, "table": 0}
     seconds = {"policy": 0.0, "table": 0.0}
-    fresh: list[float] = []
     by_workload = {}
-    bar = tqdm(total=len(config.eval_workloads) * episodes, desc="fidelity", disable=not progress)
+    bar = tqdm(
+        total=len(config.eval_workloads) * len(policy_runs.seeds),
+        desc="fidelity: table",
+        disable=not progress,
+    )
     for name in config.eval_workloads:
         env = surrogate_env(config, profile, name)
-        mine = {"states": 0, "matches": 0, "policy": [0, 0.0], "table": [0, 0.0]}
-        for s in seeds:
+        mine = {"states": 0, "matches": 0, "table": [0, 0.0]}
+        mine["policy"] = policy_runs.tokens[name]
+        for s, steps in zip(policy_runs.seeds, policy_runs.steps[name]):
             shadow = LookupController(table)
-            for obs, k, rows, info in policy_steps(policy, env, s):
+            for rows, k, drafted, accepted in steps:
                 if rows > 0:
                     mine["states"] += 1
                     mine["matches"] += int(shadow.choose_k(rows) == k)
-                if obs[3] == 0.0:  # staleness 0: the estimate is fresh
-                    fresh.append(float(obs[2]))
-                shadow.observe(info["drafted"], info["accepted"], k)
-                mine["policy"][0] += info["committed"]
-                mine["policy"][1] += info["step_time_s"]
+                shadow.observe(drafted, accepted, k)
             served = run_episode(
                 env, LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max), seed=s
             )
@@ -331,7 +419,7 @@ def check_fidelity(
         policy_tokens_per_s=tokens["policy"] / seconds["policy"],
         table_tokens_per_s=tokens["table"] / seconds["table"],
         by_workload=by_workload,
-        mean_acceptance=float(np.mean(fresh)) if fresh else float("nan"),
+        mean_acceptance=policy_runs.mean_acceptance,
     )
 
 
@@ -348,22 +436,36 @@ def checked_table(
 ) -> tuple[KTable, Fidelity | None]:
     """:func:`table_from_run` and, with ``check``, :func:`check_fidelity`, whose result goes
     into the provenance (``fidelity``). The provenance's ``operating_acceptance`` (where the
-    vLLM and TensorRT-LLM exports collapse the table) is ``acceptance`` if given, else the
-    mean acceptance the policy saw in the check, else the profile's mean acceptance."""
-    table = table_from_run(
-        run_dir, k_max=k_max, monotone=monotone, progress=progress, probe_scope=probe_scope
-    )
-    fidelity = None
+    vLLM and TensorRT-LLM exports collapse the table, and where a probe of the scope
+    "operating" looks) is ``acceptance`` if given, else the mean acceptance the policy saw in
+    the check's episodes (played first), else the profile's mean acceptance."""
+    runs = None
     if check:
-        fidelity = check_fidelity(run_dir, table, episodes=episodes, progress=progress)
-        table.provenance["fidelity"] = fidelity.to_json()
-        if acceptance is None and not np.isnan(fidelity.mean_acceptance):
-            acceptance = round(fidelity.mean_acceptance, 4)
+        if probe_scope not in PROBE_SCOPES:  # before any episode is played
+            raise SpecrlError(
+                f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
+            )
+        runs = play_policy(run_dir, episodes=episodes, progress=progress)
+        if acceptance is None and runs.fresh:
+            acceptance = round(runs.mean_acceptance, 4)
+    table = table_from_run(
+        run_dir,
+        k_max=k_max,
+        monotone=monotone,
+        progress=progress,
+        probe_scope=probe_scope,
+        probe_acceptance=acceptance,
+    )
+    if acceptance is None:
+        acceptance = table.probe.get("acceptance")
     if acceptance is None:
         from specrl.profile import load_profile
 
-        profile_path = table.provenance["profile_path"]
-        acceptance = round(float(np.mean(load_profile(profile_path).mean_acceptance)), 4)
+        acceptance = profile_acceptance(load_profile(table.provenance["profile_path"]))
+    fidelity = None
+    if check:
+        fidelity = check_fidelity(run_dir, table, progress=progress, policy_runs=runs)
+        table.provenance["fidelity"] = fidelity.to_json()
     table.provenance["operating_acceptance"] = acceptance
     return table, fidelity
 
@@ -419,8 +521,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--probe-scope",
         choices=PROBE_SCOPES,
         default=DEFAULT_PROBE_SCOPE,
-        help="where the table's probe rule fires while K=0: at every batch size, or only where "
-        f"the table has a K > 0 at some estimate (default {DEFAULT_PROBE_SCOPE})",
+        help="where the table's probe rule fires while K=0: at every batch size (all), only "
+        "where the table has a K > 0 at some estimate (speculating), or only where it has one "
+        "at or below the operating acceptance, --acceptance or the policy's mean (operating; "
+        "the default)",
     )
     parser.add_argument(
         "--force", action="store_true", help="write the table even if the fidelity check fails"
