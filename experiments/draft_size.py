@@ -86,7 +86,7 @@ def run(args: Args) -> dict:
     from specrl.profile.measure import measure_profile
     from specrl.report import log_comparison, plot_table
     from specrl.train import TrainConfig, train
-    from specrl.train.export import table_from_run
+    from specrl.train.export import checked_table
 
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def run(args: Args) -> dict:
             wandb=args.wandb,
         )
         train(config)
-        table = table_from_run(config.out)
+        table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
         table.save(where / "table.json")
         plot_table(table, where / "table.png")
         acceptance = float(np.mean(profile.mean_acceptance))

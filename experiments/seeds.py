@@ -118,7 +118,7 @@ def run(args: Args) -> dict:
     from specrl.policies import default_policies
     from specrl.profile import load_profile
     from specrl.report import log_comparison
-    from specrl.train.export import table_from_run
+    from specrl.train.export import checked_table
 
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def run(args: Args) -> dict:
         )
         print(f"\nseed {seed}: {config.out}")
         print(f"seed {seed}: {train_or_continue(config)}")
-        table = table_from_run(config.out)
+        table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
         table_path = out / f"seed-{seed}" / "table.json"
         table.save(table_path)
         profile = load_profile(table.provenance["profile_path"])

@@ -9,7 +9,7 @@
    interrupted one resumes from its last checkpoint).
 4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
 5. Compare every policy in the surrogate on held-out seeds of four workloads, then off, the
-   best static K, goodput and the table live, on one held-out trace.
+   best static K, goodput and the table live, on two held-out traces in ABBA order.
 6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
    CSV, PNG plots and the wandb (offline) run directories.
 """
@@ -168,7 +168,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
     from specrl.compare import best_static, compare_policies, compare_surrogate
     from specrl.envs import LiveSpecEnv
-    from specrl.envs.rollout import LIVE_WARMUP_STEPS
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
     from specrl.policies import default_policies, make_policy
@@ -277,6 +277,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
         check_profile=False,  # checked above, once
     )
     specs = list(dict.fromkeys(["off", best_spec, "goodput", lookup]))
+    if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
+        _say(note)
     live_policies = [make_policy(s, env=live_env, profile=profile) for s in specs]
     live = compare_policies(
         live_env,

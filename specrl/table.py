@@ -431,9 +431,10 @@ def _validate(table: KTable, source: str) -> None:
         {"after_steps", "k"} <= set(table.probe) <= {"after_steps", "k", "scope", "acceptance"}
     ):
         raise SpecrlError(
-            f'{where}: expected {{"after_steps": N, "k": P}} and optionally "scope" (draft P '
-            f"tokens after N steps without drafting, e.g. "
-            f'{{"after_steps": {STALE_STEPS}, "k": 1, "scope": "all"}}), got {table.probe!r}'
+            f'{where}: expected {{"after_steps": N, "k": P}}, optionally "scope" and, with '
+            f'"scope": "operating", "acceptance" (draft P tokens after N steps without '
+            f'drafting, e.g. {{"after_steps": {STALE_STEPS}, "k": 1, "scope": "all"}}), got '
+            f"{table.probe!r}"
         )
     scope = table.probe.get("scope", "all")
     if scope not in PROBE_SCOPES:

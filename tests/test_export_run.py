@@ -19,12 +19,14 @@ from specrl.policies import make_policy
 from specrl.policies.lookup import LookupPolicy
 from specrl.policies.ppo import PROBE, PPOPolicy
 from specrl.profile.synthetic import linear_profile
-from specrl.table import load_table
+from specrl.table import load_table, table_from_json
 from specrl.train import train
 from specrl.train.export import (
     ACCEPTANCE_EDGES,
     UNVISITED_WEIGHT,
     check_fidelity,
+    checked_table,
+    play_policy,
     table_from_run,
     visited_cells,
 )
@@ -96,9 +98,47 @@ def test_table_holds_the_policys_k_at_every_batch_size_and_bin_midpoint(run_dir)
     assert prov["profile_fingerprint"] == linear_profile().fingerprint
 
 
-def test_export_refuses_a_run_trained_with_another_k_max(run_dir):
+def test_export_refuses_a_run_trained_with_another_k_max(run_dir, monkeypatch):
     with pytest.raises(SpecrlError, match="trained with k_max=4, not 3"):
         table_from_run(run_dir, k_max=3)
+
+    def played(*args, **kwargs):
+        raise AssertionError("episodes played before the run was refused")
+
+    monkeypatch.setattr("specrl.train.export.play_policy", played)
+    with pytest.raises(SpecrlError, match="trained with k_max=4, not 3"):
+        checked_table(run_dir, k_max=3, progress=False)
+    with pytest.raises(SpecrlError, match=r"--acceptance must be an acceptance.*1\.5"):
+        checked_table(run_dir, acceptance=1.5, progress=False)
+
+
+def test_fidelity_replays_recorded_policy_episodes_and_checks_the_table_fits(run_dir):
+    """check_fidelity on episodes recorded by play_policy equals one that plays them itself;
+    a table of another k_max than the run's is refused."""
+    table = table_from_run(run_dir)
+    runs = play_policy(run_dir, episodes=1, progress=False)
+    assert list(runs.steps) == ["ramp", "steady-8"] and runs.seeds == [20_000]
+    own = check_fidelity(run_dir, table, episodes=1, progress=False)
+    replayed = check_fidelity(run_dir, table, progress=False, policy_runs=runs)
+    assert own.to_json() == replayed.to_json()
+    assert own.mean_acceptance == runs.mean_acceptance
+    narrow = table_from_run(run_dir, probe_scope="all").to_json()
+    narrow["k_max"] = 3
+    narrow["k"] = [[min(k, 3) for k in row] for row in narrow["k"]]
+    narrow["stale_k"] = [min(k, 3) for k in narrow["stale_k"]]
+    with pytest.raises(SpecrlError, match="drafts up to K=3 but .* k_max=4"):
+        check_fidelity(run_dir, table_from_json(narrow), episodes=1, progress=False)
+
+
+def test_unchecked_export_still_probes_at_the_policys_mean_estimate(run_dir):
+    """Without the fidelity check the policy's own episodes still set the operating
+    acceptance, so --no-check writes the same probe rule as a checked export."""
+    table, fidelity = checked_table(run_dir, check=False, episodes=1, progress=False)
+    mean = round(play_policy(run_dir, episodes=1, progress=False).mean_acceptance, 4)
+    assert fidelity is None and "fidelity" not in table.provenance
+    assert table.probe["acceptance"] == table.provenance["operating_acceptance"] == mean
+    told, _ = checked_table(run_dir, check=False, acceptance=0.25, progress=False)
+    assert told.probe["acceptance"] == told.provenance["operating_acceptance"] == 0.25
 
 
 def test_fidelity_counts_the_states_where_the_table_picks_the_policys_k(run_dir):

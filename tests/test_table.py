@@ -830,3 +830,29 @@ def test_operating_probe_scope_probes_where_the_table_drafts_at_typical_acceptan
     assert fresh.choose_k(12) == 0  # nothing measured, no probe at 12 rows
     fresh.observe(20, 18, k=2)  # a fresh estimate of 0.9 (per token, at K=2)
     assert fresh.tracker.estimate > 0.8 and fresh.choose_k(12) == 1
+
+
+def test_operating_probe_scope_at_the_ends_and_with_context_bins():
+    """At acceptance 0 only the first bin counts; at 1 every bin does (as "speculating"). With
+    context bins each (bucket, context) cell is judged on its own Ks."""
+    obj = plain_json()
+    obj["k"] = [[1, 3, 4], [0, 2, 3], [0, 0, 1]]
+    rule = {"after_steps": 8, "k": 1, "scope": "operating"}
+    at = lambda a: table_from_json({**obj, "probe": {**rule, "acceptance": a}})  # noqa: E731
+    assert [at(0).probes_at(b) for b in range(3)] == [True, False, False]
+    assert [at(1).probes_at(b) for b in range(3)] == [True, True, True]
+    obj = context_json()  # long contexts draft one more: 9-16 rows draft from 0.5 there
+    table = table_from_json({**obj, "probe": {**rule, "acceptance": 0.6}})
+    assert [[table.probes_at(b, c) for c in range(2)] for b in range(3)] == [
+        [True, True],
+        [True, True],
+        [False, True],
+    ]
+    controller = LookupController(table)
+    controller.observe(10, 0)  # measured: acceptance 0
+    ks = []
+    for _ in range(12):
+        ks.append(controller.choose_k(12, context_len=100))
+        controller.observe(0, 0)
+    assert ks == [0] * 12  # short contexts at 9-16 rows: off, and past 8 steps no probe
+    assert controller.choose_k(12, context_len=600) == 1  # long: the probe fires

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +39,13 @@ binning changes the policy's K. Bins 0.02 wide matched a default run in 98.49% o
 states (its K=0/K=1 edge runs along the acceptance at 33-128 rows, where the estimate sits
 most of the time), 0.01 wide 99.59%, 0.005 wide 99.94%; 0.01 keeps the file at 14 KB."""
 FIDELITY_SEED = 20_000
+"""Check episode ``i`` is reset with ``FIDELITY_SEED + i``: seeds neither training nor the
+training-time evaluation (``eval_seed``, 10,000 by default) used."""
 DEFAULT_PROBE_SCOPE = "operating"
 """The exported probe rule's ``scope``, with the table's operating acceptance (see
-:func:`checked_table`): probe only at batch sizes where the table has a K > 0 at or below
-that acceptance. Training probes at every batch size (:data:`specrl.policies.ppo.PROBE`).
+:func:`checked_table`): probe only at batch sizes where the table has a K > 0 in some
+acceptance bin up to the one holding that acceptance. Training probes at every batch size
+(:data:`specrl.policies.ppo.PROBE`).
 Why the table differs. A probe after a long stretch at K=0 pays the draft's catch-up on every
 token that every row skipped, and on the prompts of every row admitted meanwhile. Where the
 policy runs off at every estimate (21-128 rows on the run below), a probe cannot change its
@@ -70,8 +74,6 @@ VISIT_SEED = 40_000
 UNVISITED_WEIGHT = 1e-3
 """A cell the policy never met counts this much against a visit: among the monotone tables
 that change the fewest visits, the one changing the fewest cells."""
-"""Check episode ``i`` is reset with ``FIDELITY_SEED + i``: seeds neither training nor the
-training-time evaluation (``eval_seed``, 10,000 by default) used."""
 MIN_MATCH = 0.99
 MIN_RATIO = 0.99
 
@@ -109,17 +111,12 @@ def table_from_run(
             f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
         )
     from specrl.policies.ppo import PPOPolicy
-    from specrl.train.config import SUMMARY_FILE, load_config
     from specrl.train.run import _load_run_profile
 
     run_dir = Path(run_dir)
-    config = load_config(run_dir)
-    if k_max is not None and k_max != config.k_max:
-        raise SpecrlError(
-            f"{run_dir} was trained with k_max={config.k_max}, not {k_max}: its actions are "
-            f"Ks 0..{config.k_max}; export with --k-max {config.k_max} or train a run with "
-            f"--k-max {k_max}"
-        )
+    config, steps = finished_run(run_dir, k_max)
+    if probe_acceptance is not None:
+        check_acceptance(probe_acceptance, "probe_acceptance")
     policy = PPOPolicy.load(run_dir)
     profile, profile_path = _load_run_profile(config)
     edges = list(acceptance_edges)
@@ -131,14 +128,6 @@ def table_from_run(
         np.zeros((len(batches), len(points)), dtype=bool),
     )  # [batch - 1, acceptance bin]
     stale = policy.decide(batches, np.zeros(len(batches)), np.ones(len(batches), dtype=bool))
-    try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-        steps = int(summary["num_timesteps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise SpecrlError(
-            f"{run_dir}/{SUMMARY_FILE} is missing or unreadable: the run has not finished; "
-            f"continue it with `specrl train --resume {run_dir}`"
-        ) from None
     fp = profile.fingerprint
     prov = provenance(
         profile_sha256=_sha256(profile_path),
@@ -169,6 +158,37 @@ def table_from_run(
         monotone=monotone,
         monotone_weights=weights,
     )
+
+
+def finished_run(run_dir: Path, k_max: int | None = None):
+    """The config of the finished run at ``run_dir`` and its training steps; a run trained with
+    another ``k_max`` than asked (None: any), or one that has not finished, is refused."""
+    from specrl.train.config import SUMMARY_FILE, load_config
+
+    config = load_config(run_dir)
+    if k_max is not None and k_max != config.k_max:
+        raise SpecrlError(
+            f"{run_dir} was trained with k_max={config.k_max}, not {k_max}: its actions are "
+            f"Ks 0..{config.k_max}; export with --k-max {config.k_max} or train a run with "
+            f"--k-max {k_max}"
+        )
+    try:
+        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+        steps = int(summary["num_timesteps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SpecrlError(
+            f"{run_dir}/{SUMMARY_FILE} is missing or unreadable: the run has not finished; "
+            f"continue it with `specrl train --resume {run_dir}`"
+        ) from None
+    return config, steps
+
+
+def check_acceptance(value, name: str) -> float:
+    """``value`` as an acceptance, a finite number in [0, 1]; else an error naming ``name``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 <= value <= 1:
+        raise SpecrlError(f"{name} must be an acceptance, a number in [0, 1]; got {value!r}")
+    return float(value)
 
 
 def profile_acceptance(profile) -> float:
@@ -372,9 +392,19 @@ def check_fidelity(
     from specrl.train.config import load_config
     from specrl.train.run import _load_run_profile, surrogate_env
 
+    config = load_config(run_dir)
+    if table.k_max != config.k_max:
+        raise SpecrlError(
+            f"the table drafts up to K={table.k_max} but {run_dir} was trained with "
+            f"k_max={config.k_max}; check a table exported from that run"
+        )
     if policy_runs is None:
         policy_runs = play_policy(run_dir, episodes=episodes, seed=seed, progress=progress)
-    config = load_config(run_dir)
+    if list(policy_runs.steps) != list(config.eval_workloads):
+        raise SpecrlError(
+            f"policy_runs hold the workloads {list(policy_runs.steps)}, but {run_dir} evaluates "
+            f"on {list(config.eval_workloads)}; play them with play_policy({str(run_dir)!r})"
+        )
     profile, _ = _load_run_profile(config)
     total = matches = 0
     tokens = {"policy": 0, "table": 0}
@@ -437,14 +467,18 @@ def checked_table(
     """:func:`table_from_run` and, with ``check``, :func:`check_fidelity`, whose result goes
     into the provenance (``fidelity``). The provenance's ``operating_acceptance`` (where the
     vLLM and TensorRT-LLM exports collapse the table, and where a probe of the scope
-    "operating" looks) is ``acceptance`` if given, else the mean acceptance the policy saw in
-    the check's episodes (played first), else the profile's mean acceptance."""
+    "operating" looks) is ``acceptance`` if given, else the mean acceptance estimate the
+    policy saw in the check's episodes (played first; without ``check`` they are still played
+    for it, but not the table's), else the profile's mean acceptance."""
+    finished_run(Path(run_dir), k_max)  # refuse before any episode is played
+    if acceptance is not None:
+        acceptance = check_acceptance(acceptance, "--acceptance")
+    if probe_scope not in PROBE_SCOPES:
+        raise SpecrlError(
+            f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
+        )
     runs = None
-    if check:
-        if probe_scope not in PROBE_SCOPES:  # before any episode is played
-            raise SpecrlError(
-                f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
-            )
+    if check or acceptance is None:
         runs = play_policy(run_dir, episodes=episodes, progress=progress)
         if acceptance is None and runs.fresh:
             acceptance = round(runs.mean_acceptance, 4)
@@ -492,9 +526,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--acceptance",
         type=float,
         default=None,
-        help="vllm/trtllm: the acceptance to collapse the table at (default: the mean "
-        "acceptance estimate over the fidelity check's steps; with --table, the table's "
-        "recorded one)",
+        help="the operating acceptance: where vllm/trtllm collapse the table and where the "
+        "native table's probe looks (scope operating); default: the policy's mean acceptance "
+        "estimate over the fidelity check's episodes (played for it even with --no-check); "
+        "with --table, the table's recorded one",
     )
     parser.add_argument(
         "--context-len", type=int, default=None, help="trtllm: the context bin to export"
