@@ -213,7 +213,7 @@ def to_vllm(table: KTable, *, acceptance: float) -> dict:
     context bin, the last context range ending at :data:`CONTEXT_INFINITY`. Batch sizes above
     the table's ``max_batch`` take the last range's K in vLLM, as in the controller.
     """
-    column = table.acceptance_bin(_acceptance(acceptance))
+    column = table.acceptance_bin(check_acceptance(acceptance))
     contexts = range(table.n_context)
     ranges = _merge(table, lambda b: tuple(table.cell(b, c)[column] for c in contexts))
     if table.context_bins is None:
@@ -246,7 +246,7 @@ def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = Non
       nothing); batch sizes above the table's ``max_batch`` also draft nothing there, where
       the controller and vLLM keep the last range's K.
     """
-    column = table.acceptance_bin(_acceptance(acceptance))
+    column = table.acceptance_bin(check_acceptance(acceptance))
     context = table.context_bin(context_len)
     ranges = _merge(table, lambda b: table.cell(b, context)[column])
     first = ranges[0][2]
@@ -307,13 +307,14 @@ def export_file(
     }
 
 
-def _acceptance(value) -> float:
+def check_acceptance(value, name: str = "acceptance") -> float:
+    """``value`` as an acceptance, a finite number in [0, 1]; else an error naming ``name``."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not (math.isfinite(value) and 0 <= value <= 1)
     ):
-        raise SpecrlError(f"acceptance must be a number in [0, 1], got {value!r}")
+        raise SpecrlError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 
 

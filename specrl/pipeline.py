@@ -339,7 +339,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     traces = (
         "one held-out mixed trace"
         if options.live_episodes == 1
-        else (f"{options.live_episodes} held-out mixed traces")
+        else f"{options.live_episodes} held-out mixed traces"
     )
     _say(f"\nlive on this machine, {traces} of {options.live_requests} requests:")
     _say(live.format())

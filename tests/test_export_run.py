@@ -108,7 +108,7 @@ def test_export_refuses_a_run_trained_with_another_k_max(run_dir, monkeypatch):
     monkeypatch.setattr("specrl.train.export.play_policy", played)
     with pytest.raises(SpecrlError, match="trained with k_max=4, not 3"):
         checked_table(run_dir, k_max=3, progress=False)
-    with pytest.raises(SpecrlError, match=r"--acceptance must be an acceptance.*1\.5"):
+    with pytest.raises(SpecrlError, match=r"--acceptance must be a number in \[0, 1\], got 1\.5"):
         checked_table(run_dir, acceptance=1.5, progress=False)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.export import FORMATS, export_file, table_from_policy
+from specrl.export import FORMATS, check_acceptance, export_file, table_from_policy
 from specrl.files import write_atomic
 from specrl.table import PROBE_SCOPES, KTable, load_table, provenance, table_from_json
 
@@ -106,10 +105,7 @@ def table_from_run(
         the profile's mean acceptance (:func:`checked_table` passes the one the policy
         observed).
     """
-    if probe_scope not in PROBE_SCOPES:  # before the model loads
-        raise SpecrlError(
-            f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
-        )
+    _check_probe_scope(probe_scope)  # before the model loads
     from specrl.policies.ppo import PPOPolicy
     from specrl.train.run import _load_run_profile
 
@@ -183,12 +179,9 @@ def finished_run(run_dir: Path, k_max: int | None = None):
     return config, steps
 
 
-def check_acceptance(value, name: str) -> float:
-    """``value`` as an acceptance, a finite number in [0, 1]; else an error naming ``name``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or not 0 <= value <= 1:
-        raise SpecrlError(f"{name} must be an acceptance, a number in [0, 1]; got {value!r}")
-    return float(value)
+def _check_probe_scope(scope: str) -> None:
+    if scope not in PROBE_SCOPES:
+        raise SpecrlError(f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {scope!r}")
 
 
 def profile_acceptance(profile) -> float:
@@ -473,10 +466,7 @@ def checked_table(
     finished_run(Path(run_dir), k_max)  # refuse before any episode is played
     if acceptance is not None:
         acceptance = check_acceptance(acceptance, "--acceptance")
-    if probe_scope not in PROBE_SCOPES:
-        raise SpecrlError(
-            f"probe scope must be one of {', '.join(PROBE_SCOPES)}, got {probe_scope!r}"
-        )
+    _check_probe_scope(probe_scope)
     runs = None
     if check or acceptance is None:
         runs = play_policy(run_dir, episodes=episodes, progress=progress)
@@ -490,8 +480,6 @@ def checked_table(
         probe_scope=probe_scope,
         probe_acceptance=acceptance,
     )
-    if acceptance is None:
-        acceptance = table.probe.get("acceptance")
     if acceptance is None:
         from specrl.profile import load_profile
 
