@@ -33,10 +33,26 @@ class Args:
     """Seed of the model, the global RNGs and the training envs."""
     total_timesteps: int = DEFAULT.total_timesteps
     """Env steps to train for, over all envs."""
+    env: str = DEFAULT.env
+    """Where PPO trains: surrogate or live (the real engine on this machine, one env)."""
+    preset: str = DEFAULT.preset
+    """The default pair the live env serves with (--env live)."""
+    init: str = ""
+    """A finished run to fine-tune (its model.zip); empty: a new network."""
+    force_profile: bool = DEFAULT.force_profile
+    """--env live: use a profile measured elsewhere, or stale, with a warning."""
     workloads: tuple[str, ...] = DEFAULT.workloads
     """Workload presets drawn per training episode."""
+    n_requests: int = 0
+    """Requests per preset trace; 0: the preset's own."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
+    max_batch: int = DEFAULT.max_batch
+    """Most rows decoded in one step."""
+    max_len: int = DEFAULT.max_len
+    """Longest sequence (prompt + output) a row may reach."""
+    k_max: int = DEFAULT.k_max
+    """Largest K; actions are 0..k_max (0: speculation off)."""
     n_envs: int = DEFAULT.n_envs
     """Training envs stepped together."""
     n_steps: int = DEFAULT.n_steps
@@ -69,12 +85,20 @@ class Args:
     """Passes of behaviour cloning."""
     normalize_reward: bool = DEFAULT.normalize_reward
     """Scale rewards by the running spread of the discounted return (SB3 VecNormalize)."""
+    eval_workloads: tuple[str, ...] = DEFAULT.eval_workloads
+    """Workload presets of the held-out evaluation."""
+    eval_episodes: int = DEFAULT.eval_episodes
+    """Episodes per evaluation workload."""
+    eval_seed: int = DEFAULT.eval_seed
+    """Seed of the first evaluation episode (far from the training seeds)."""
     eval_every: int = DEFAULT.eval_every
     """Env steps between held-out evaluations (0: the final one only)."""
     checkpoint_every: int = DEFAULT.checkpoint_every
     """Env steps between checkpoints."""
     wandb: str = DEFAULT.wandb
     """wandb mode: offline, online or disabled."""
+    torch_threads: int = DEFAULT.torch_threads
+    """torch intra-op threads."""
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -88,8 +112,16 @@ def config_from(args: Args) -> TrainConfig:
         out=out,
         seed=args.seed,
         total_timesteps=args.total_timesteps,
+        env=args.env,
+        preset=args.preset,
+        init=args.init or None,
+        force_profile=args.force_profile,
         workloads=args.workloads,
+        n_requests=args.n_requests or None,
         profile=args.profile or None,
+        max_batch=args.max_batch,
+        max_len=args.max_len,
+        k_max=args.k_max,
         n_envs=args.n_envs,
         n_steps=args.n_steps,
         batch_size=args.batch_size,
@@ -106,9 +138,13 @@ def config_from(args: Args) -> TrainConfig:
         warm_start_episodes=args.warm_start_episodes,
         warm_start_epochs=args.warm_start_epochs,
         reference_floor=args.reference_floor,
+        eval_workloads=args.eval_workloads,
+        eval_episodes=args.eval_episodes,
+        eval_seed=args.eval_seed,
         eval_every=args.eval_every,
         checkpoint_every=args.checkpoint_every,
         wandb=args.wandb,
+        torch_threads=args.torch_threads,
     )
 
 

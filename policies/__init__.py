@@ -10,7 +10,9 @@ from specrl.policies.adaptive import AcceptEMA, HFHeuristic
 from specrl.policies.base import KPolicy, StatefulKPolicy
 from specrl.policies.fixed import BatchThreshold, FixedK
 from specrl.policies.goodput import Goodput
+from specrl.policies.lookup import LookupPolicy
 from specrl.policies.oracle import Oracle
+from specrl.policies.ppo import PPOPolicy
 from specrl.policies.registry import (
     VALID_FORMS,
     default_policies,
@@ -29,7 +31,9 @@ __all__ = [
     "Goodput",
     "HFHeuristic",
     "KPolicy",
+    "LookupPolicy",
     "Oracle",
+    "PPOPolicy",
     "StatefulKPolicy",
     "default_policies",
     "make_policy",

@@ -15,8 +15,7 @@ from specrl.controller import LookupController
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.export import monotone_in_acceptance
-from specrl.policies import make_policy
-from specrl.policies.lookup import LookupPolicy
+from specrl.policies import LookupPolicy, make_policy
 from specrl.policies.ppo import PROBE, PPOPolicy
 from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json

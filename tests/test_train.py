@@ -634,6 +634,22 @@ def test_experiment_script_builds_the_same_config():
     assert config.out.startswith("runs/train_ppo__4__")
     defaults = train_ppo.config_from(train_ppo.parse_args([]))
     assert defaults.to_json() | {"out": ""} == TrainConfig().to_json() | {"out": ""}
+    # Every option of `specrl train` is an option of the script, and reaches the config.
+    import dataclasses
+
+    assert {f.name for f in dataclasses.fields(TrainConfig)} <= {
+        f.name for f in dataclasses.fields(train_ppo.Args)
+    }
+    given = train_ppo.config_from(
+        train_ppo.parse_args(
+            ["--env", "live", "--n-envs", "1", "--init", "runs/a", "--n-requests", "12"]
+            + ["--max-len", "256", "--k-max", "3", "--eval-workloads", "ramp", "--eval-seed", "777"]
+            + ["--force-profile", "--torch-threads", "2", "--max-batch", "64"]
+        )
+    )
+    assert (given.env, given.init, given.n_requests, given.max_len) == ("live", "runs/a", 12, 256)
+    assert (given.k_max, given.eval_workloads, given.eval_seed) == (3, ("ramp",), 777)
+    assert (given.force_profile, given.torch_threads, given.max_batch) == (True, 2, 64)
 
 
 def test_the_runs_model_is_the_best_evaluated(finished_run):
@@ -647,7 +663,7 @@ def test_the_runs_model_is_the_best_evaluated(finished_run):
 
 
 def test_ppo_policy_refuses_a_run_for_another_env(finished_run, tmp_path):
-    from specrl.policies.ppo import PPOPolicy
+    from specrl.policies import PPOPolicy
 
     assert PPOPolicy.load(finished_run, max_batch=8, k_max=4).k_max == 4
     with pytest.raises(SpecrlError, match="max_batch=8, the env has max_batch=128"):

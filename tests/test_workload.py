@@ -167,6 +167,22 @@ def test_cli_writes_a_replayable_trace(tmp_path):
     out = tmp_path / "t.json"
     assert main(["workload", "--preset", "bursts", "--seed", "2", "--out", str(out)]) == 0
     assert load_trace(out).to_json() == preset_trace("bursts", seed=2).to_json()
+    # steady-N for any N, as the README says, not only the three listed presets.
+    argv = ["workload", "--preset", "steady-16", "--n-requests", "5", "--out", str(out)]
+    assert main(argv) == 0
+    assert load_trace(out).to_json() == preset_trace("steady-16", n_requests=5).to_json()
+
+
+def test_cli_refuses_an_unknown_preset_naming_the_choices(tmp_path, capsys):
+    from specrl.cli import main
+
+    for name in ("busy", "steady-0", "steady-x"):
+        with pytest.raises(SystemExit) as exc:
+            main(["workload", "--preset", name, "--out", str(tmp_path / "t.json")])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"unknown preset '{name}'" in err and "steady-N for any N" in err
+    assert not (tmp_path / "t.json").exists()
 
 
 def test_version_1_trace_is_read_as_greedy(tmp_path):

@@ -5,9 +5,18 @@ from __future__ import annotations
 import argparse
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    from specrl.workload.trace import PRESETS
+def _preset(name: str) -> str:
+    """argparse type: a preset name (``steady-N`` for any N >= 1)."""
+    from specrl.workload.trace import PRESETS, is_preset
 
+    if not is_preset(name):
+        raise argparse.ArgumentTypeError(
+            f"unknown preset {name!r}; choose one of {', '.join(PRESETS)} (steady-N for any N)"
+        )
+    return name
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "workload",
         help="write a replayable workload trace (JSON)",
@@ -17,7 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "file, prompt lengths in tokens of --tokenizer) and the preset gives the load pattern "
         "and the output lengths the file leaves out.",
     )
-    parser.add_argument("--preset", choices=PRESETS, default="ramp")
+    parser.add_argument(
+        "--preset",
+        type=_preset,
+        default="ramp",
+        help="mixed, steady-N (any N), ramp, bursts, day or poisson (default: ramp)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--n-requests",
