@@ -95,8 +95,14 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
         if not Path(path).is_file():
             continue
         profile = load_profile(path)
+        # The demo runs at the profile's thread count unless --threads says otherwise
+        # (`use_profile_threads` below), so compare at that count, not at torch's default.
+        here = {
+            **fp,
+            "threads": options.threads or profile.fingerprint.get("threads") or fp["threads"],
+        }
         try:
-            check_compatible(profile, fp, source=str(path))
+            check_compatible(profile, here, source=str(path))
         except SpecrlError as err:
             _say(f"  {path}: {err}")
             continue

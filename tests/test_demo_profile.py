@@ -1,0 +1,43 @@
+"""The demo's choice of profile (fast; the end-to-end demo tests are in test_demo.py,
+marked slow)."""
+
+from __future__ import annotations
+
+from specrl.pipeline import DemoOptions
+
+
+def test_the_demo_matches_a_profile_at_the_thread_count_it_will_run_at(
+    micro_pair, tmp_path, monkeypatch
+):
+    """The demo runs at the profile's thread count, so a one-thread profile must not warn
+    "threads differ" while torch still sits at another count; --threads 2 still warns."""
+    import warnings
+
+    import torch
+
+    import specrl.envs
+    from specrl.pipeline import _choose_profile
+    from specrl.profile.fingerprint import pair_fingerprint
+    from specrl.profile.synthetic import linear_profile
+
+    profile = linear_profile()
+    profile.fingerprint = {**pair_fingerprint(micro_pair, k_max=4), "threads": 1}
+    path = tmp_path / "shipped.json"
+    profile.save(path)
+    monkeypatch.setattr(specrl.envs, "default_profile_path", lambda: path)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            chosen, where, how = _choose_profile(micro_pair, DemoOptions(), tmp_path / "c")
+            assert (where, how) == (path, "reused")
+            assert not [w for w in caught if "threads differ" in str(w.message)]
+            _choose_profile(micro_pair, DemoOptions(threads=2), tmp_path / "c")
+            assert [
+                w
+                for w in caught
+                if "threads differ from where it was measured (1 vs here 2)" in str(w.message)
+            ]
+    finally:
+        torch.set_num_threads(before)
