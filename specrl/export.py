@@ -25,7 +25,6 @@ written into them. :func:`export_file` puts it beside them instead::
 
 from __future__ import annotations
 
-import math
 import operator
 import warnings
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from specrl.table import (
     KTable,
     check_acceptance_edges,
     check_context_bins,
+    is_acceptance,
 )
 
 CONTEXT_INFINITY = 2**31 - 1
@@ -309,11 +309,7 @@ def export_file(
 
 def check_acceptance(value, name: str = "acceptance") -> float:
     """``value`` as an acceptance, a finite number in [0, 1]; else an error naming ``name``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and 0 <= value <= 1)
-    ):
+    if not is_acceptance(value):
         raise SpecrlError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 

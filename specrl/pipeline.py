@@ -83,7 +83,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     one that does, else a new measurement."""
     from specrl.envs import default_profile_path
     from specrl.profile import load_profile
-    from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+    from specrl.profile.fingerprint import check_compatible, pair_fingerprint, profile_threads
 
     fp = pair_fingerprint(pair, k_max=4, device=options.device)
     key = hashlib.sha256(
@@ -97,10 +97,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
         profile = load_profile(path)
         # The demo runs at the profile's thread count unless --threads says otherwise
         # (`use_profile_threads` below), so compare at that count, not at torch's default.
-        here = {
-            **fp,
-            "threads": options.threads or profile.fingerprint.get("threads") or fp["threads"],
-        }
+        here = {**fp, "threads": profile_threads(profile, options.threads)}
         try:
             check_compatible(profile, here, source=str(path))
         except SpecrlError as err:

@@ -289,6 +289,11 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_acceptance(value) -> bool:
+    """Whether ``value`` is an acceptance: a finite number (not a bool) in [0, 1]."""
+    return _is_number(value) and 0 <= value <= 1
+
+
 def _int_field(value, where: str, low: int, high: int, meaning: str = "") -> int:
     if not _is_int(value) or not low <= value <= high:
         detail = f" ({meaning})" if meaning else ""
@@ -445,7 +450,7 @@ def _validate(table: KTable, source: str) -> None:
         )
     if scope == "operating":
         acceptance = table.probe.get("acceptance")
-        if not _is_number(acceptance) or not 0 <= acceptance <= 1:
+        if not is_acceptance(acceptance):
             raise SpecrlError(
                 f'{where}.acceptance: the scope "operating" needs the acceptance it probes at, '
                 f'a number in [0, 1] (like {{"scope": "operating", "acceptance": 0.7}}), got '

@@ -55,14 +55,18 @@ def _model_id(model, path) -> str:
     return str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
 
 
+def profile_threads(profile, threads: int | None = None) -> int:
+    """The torch thread count to run ``profile`` at: ``threads`` or, by default, the one it
+    was measured with (torch's current count for a profile that does not say)."""
+    return int(threads or profile.fingerprint.get("threads") or torch.get_num_threads())
+
+
 def use_profile_threads(profile, threads: int | None = None) -> int:
-    """Set torch's thread count to ``threads`` or, by default, the one ``profile`` was measured
-    with, and return the count now in use. A profile's step times hold only at its own count:
-    a profile measured with one thread, timed with two on a 2-core machine, read batch-64
-    steps at 0.62-0.64x its figures and batch-1 steps at 1.08-1.13x, four minutes after it
-    was measured."""
-    n = threads or profile.fingerprint.get("threads") or torch.get_num_threads()
-    torch.set_num_threads(int(n))
+    """Set torch's thread count to :func:`profile_threads` and return the count now in use. A
+    profile's step times hold only at its own count: a profile measured with one thread,
+    timed with two on a 2-core machine, read batch-64 steps at 0.62-0.64x its figures and
+    batch-1 steps at 1.08-1.13x, four minutes after it was measured."""
+    torch.set_num_threads(profile_threads(profile, threads))
     return torch.get_num_threads()
 
 

@@ -17,6 +17,8 @@ def _preset(name: str) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from specrl.workload.trace import PRESETS
+
     parser = sub.add_parser(
         "workload",
         help="write a replayable workload trace (JSON)",
@@ -30,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--preset",
         type=_preset,
         default="ramp",
-        help="mixed, steady-N (any N), ramp, bursts, day or poisson (default: ramp)",
+        help=f"one of {', '.join(PRESETS)}; steady-N for any N (default: ramp)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
