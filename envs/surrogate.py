@@ -15,6 +15,7 @@ from specrl.envs.base import Served, SpecEnvBase
 from specrl.errors import SpecrlError
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
+from specrl.profile.levels import Z_STEPS, grid_index, level_grid
 from specrl.profile.schema import Profile, load_profile
 from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
@@ -65,8 +66,10 @@ class SurrogateSpecEnv(SpecEnvBase):
     tokens and accepts draft token ``i`` with probability ``sigmoid(logit(a) + level)``:
     ``a`` the profile's conditional rate for the request's domain, temperature band, position
     and tokens generated so far (``acceptance_by_output``), ``level`` the request's own
-    acceptance level, drawn once when it arrives from the profile's ``request_levels`` (so the
-    acceptance a controller observes rises and falls with the batch's composition, as live);
+    acceptance level, drawn when it arrives from the profile's ``request_levels`` (so the
+    acceptance a controller observes rises and falls with the batch's composition, as live)
+    and, where the profile has a ``level_drift``, drifting as the request generates
+    (:mod:`specrl.profile.levels`; without one it stays fixed);
     it stops at the first rejection and commits the accepted tokens plus one. Admission
     follows the engine: the prefill commits each new request's first token. So does the
     draft's catch-up: a row falls behind by one token per K=0 step and by its prompt and
@@ -173,6 +176,23 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._logits[i] = np.log(rates / (1 - rates))
             self._levels.append(np.asarray(prof.request_levels[d][b], dtype=np.float64))
         self._positions = np.arange(self.k_max)
+        # Drifting levels: a level per grid point of z and group, and phi per group.
+        drift = prof.level_drift
+        fits = [drift[d][b] for d, b in self._groups] if drift else []
+        if any(f != {"per_token": 1.0, "scale": 1.0, "shift": 0.0} for f in fits):
+            self._level_grid = np.stack(
+                [level_grid(self._levels[i], f["scale"]) + f["shift"] for i, f in enumerate(fits)]
+            )
+            self._grid_flat = self._level_grid.ravel()
+            # The AR(1) of specrl.profile.levels.drift over t tokens (0..max_len + 1), tabulated
+            # for the hot path: keep phi^t of z, add sqrt(1 - phi^2t) of fresh noise.
+            phi = np.array([f["per_token"] for f in fits])
+            keep = phi[:, None] ** np.arange(self.max_len + 2)[None, :]
+            self._keep_width = keep.shape[1]
+            self._keep_flat = keep.ravel()
+            self._fresh_flat = np.sqrt(1.0 - keep * keep).ravel()
+        else:
+            self._level_grid = None
 
     def _group_of(self, request) -> int:
         return self._group_index.get((request.domain, temperature_band(request.temperature)), -1)
@@ -202,6 +222,8 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._left = np.zeros(mb, dtype=np.int64)
         self._group = np.zeros(mb, dtype=np.int64)
         self._level = np.zeros(mb, dtype=np.float64)
+        self._z = np.zeros(mb, dtype=np.float64)
+        self._z_at = np.zeros(mb, dtype=np.int64)  # tokens generated when z was last drifted
         self._index = np.zeros(mb, dtype=np.int64)
         self._generated = np.zeros(mb, dtype=np.int64)
         self._lag = np.zeros(mb, dtype=np.int64)
@@ -212,9 +234,13 @@ class SurrogateSpecEnv(SpecEnvBase):
         rng = self.np_random
         for index, r in enumerate(requests, start=first):
             group = self._group_of(r)
-            levels = self._levels[group]
-            level = float(levels[int(rng.integers(len(levels)))])
-            self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index))
+            if self._level_grid is None:
+                levels = self._levels[group]
+                z, level = 0.0, float(levels[int(rng.integers(len(levels)))])
+            else:
+                z = float(rng.standard_normal())
+                level = float(self._level_grid[group, grid_index(np.array([z]))[0]])
+            self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index, z))
 
     def _batch_ahead(self) -> int:
         return min(self.max_batch, self._n + len(self._waiting))
@@ -230,10 +256,10 @@ class SurrogateSpecEnv(SpecEnvBase):
         n = first = self._n
         width = 0
         while self._waiting and n < self.max_batch:
-            g, p, o, level, index = self._waiting.popleft()
+            g, p, o, level, index, z = self._waiting.popleft()
             self._ctx[n], self._left[n], self._lag[n] = p + 1, o - 1, p + 1
             self._group[n], self._generated[n] = g, 1
-            self._level[n], self._index[n] = level, index
+            self._level[n], self._index[n], self._z[n], self._z_at[n] = level, index, z, 1
             width = max(width, p)
             n += 1
         self._n = n
@@ -257,6 +283,8 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._group,
             self._generated,
             self._level,
+            self._z,
+            self._z_at,
             self._index,
         ):
             arr[:m] = arr[keep]
@@ -273,6 +301,19 @@ class SurrogateSpecEnv(SpecEnvBase):
         """True conditional acceptance of draft positions ``0..k-1`` per row."""
         logits = self._logits[group, generated, :k] + level[:, None]
         return 1.0 / (1.0 + np.exp(-logits))
+
+    def _drift_levels(self) -> None:
+        """Bring the running rows' levels up to the tokens they have generated (drifting
+        levels only; a K=0 step needs none, so the drift of several is applied at once, which
+        the AR(1) allows exactly)."""
+        n = self._n
+        group, generated = self._group[:n], self._generated[:n]
+        cell = group * self._keep_width + (generated - self._z_at[:n])
+        z = self._z[:n]
+        z *= self._keep_flat[cell]
+        z += self._fresh_flat[cell] * self.np_random.standard_normal(n)
+        self._z_at[:n] = generated
+        self._level[:n] = self._grid_flat[group * (Z_STEPS + 1) + grid_index(z)]
 
     def _serve(self, k: int) -> Served:
         # Hot path (>= 20,000 steps/s): numpy over the running rows, no per-row Python.
@@ -293,6 +334,8 @@ class SurrogateSpecEnv(SpecEnvBase):
         )
         max_ctx = int(ctx.max())
         if k:
+            if self._level_grid is not None:
+                self._drift_levels()
             if self._maybe_behind:
                 # The engine catches a row up when it is more than 2 tokens behind.
                 behind = lag > 2
@@ -354,6 +397,8 @@ class SurrogateSpecEnv(SpecEnvBase):
         had been off a while). Myopic: it ignores what K does to later steps, so a learned
         policy may beat it."""
         n0 = self._n
+        if n0 and self._level_grid is not None:
+            self._drift_levels()
         free = max(0, self.max_batch - n0)
         incoming = list(self._waiting)[:free]
         group = self._group[:n0]
@@ -362,7 +407,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         left = self._left[:n0]
         ctx = self._ctx[:n0]
         if incoming:
-            g, p, o, lv, _ = (np.array(col) for col in zip(*incoming))
+            g, p, o, lv = (np.array(col) for col in list(zip(*incoming))[:4])
             live = o > 1  # a one-token request leaves on its prefill token
             group = np.concatenate([group, g[live]])
             level = np.concatenate([level, lv[live]])

@@ -31,6 +31,26 @@ def test_expected_tokens_per_row():
     assert expected_tokens_per_row([0.5, 0.5], 0) == 1
 
 
+def _drift(**entry) -> dict:
+    """A ``level_drift`` over the linear profile's groups, each entry ``entry`` over a valid
+    one."""
+    fit = {"per_token": 0.98, "scale": 1.3, "shift": -0.1, **entry}
+    return {
+        d: {b: dict(fit) for b in ("greedy", "chat", "default")} for d in ("code", "hard", "prose")
+    }
+
+
+def test_round_trip_with_a_level_drift_and_without(tmp_path):
+    prof = linear_profile()
+    prof.level_drift = _drift()
+    prof.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json") == prof
+    obj = linear_profile().to_json()
+    obj.pop("level_drift")  # profiles written before the field: fixed levels
+    (tmp_path / "old.json").write_text(json.dumps(obj))
+    assert load_profile(tmp_path / "old.json").level_drift is None
+
+
 def _bad(tmp_path, edit) -> str:
     obj = linear_profile().to_json()
     edit(obj)
@@ -80,6 +100,26 @@ def _bad(tmp_path, edit) -> str:
         (
             lambda p: p["acceptance_by_output"]["rates"].pop("hard"),
             r"acceptance_by_output\.rates: expected the domains \['code', 'hard', 'prose'\]",
+        ),
+        (
+            lambda p: p.update(level_drift=_drift(per_token=1.5)),
+            r"level_drift\.code\.greedy\.per_token: expected a number in \(0, 1\]",
+        ),
+        (
+            lambda p: p.update(level_drift=_drift(shift=float("nan"))),
+            r"level_drift\.code\.greedy\.shift: expected a finite number",
+        ),
+        (
+            lambda p: p.update(level_drift=_drift(scale=0)),
+            r"level_drift\.code\.greedy\.scale: expected a number > 0",
+        ),
+        (
+            lambda p: p.update(level_drift={"code": {}}),
+            r"level_drift: expected the domains \['code', 'hard', 'prose'\]",
+        ),
+        (
+            lambda p: p.update(level_drift=_drift(extra=1)),
+            r"level_drift\.code\.greedy: expected \{\"per_token\": phi",
         ),
         (
             lambda p: p["acceptance_by_output"]["rates"]["code"]["greedy"][1].__setitem__(0, 2.0),

@@ -30,6 +30,13 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 * ``request_levels[domain][band]``: sorted quantiles (at ``(i + 0.5) / n``) of the
   per-request acceptance level, a logit offset added to every conditional rate of the
   request (see :func:`specrl.profile.measure.request_offsets`).
+* ``level_drift[domain][band]`` (optional; absent: each request keeps one level throughout):
+  ``{"per_token": phi, "scale": s, "shift": c}``. A request's level moves as it generates:
+  it is ``s * Q(Phi(z)) + c`` with ``Q`` the quantiles of ``request_levels``, ``Phi`` the
+  standard normal CDF and ``z`` a standard normal that keeps ``phi ** n`` of its value over
+  ``n`` generated tokens (an AR(1) process: ``phi = 1`` is a fixed level, smaller drifts
+  faster); see :mod:`specrl.profile.levels`. Fitted by
+  :func:`specrl.profile.measure.fit_level_drift`.
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
   step (``E`` from the measured acceptance, averaged over the domains) over the step time
   at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
@@ -49,6 +56,7 @@ from specrl.files import check_header, read_json
 from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
 
 PROFILE_FORMAT = "specrl-profile"
+OPTIONAL_FIELDS = ("meta", "level_drift")
 PROFILE_VERSION = 3
 """3: acceptance per domain and temperature band, per-request levels (``request_levels``);
 batch grid to 128. 2: acceptance by output position; the prefill commits the first token."""
@@ -72,6 +80,8 @@ class Profile:
     request_levels: dict[str, dict[str, list[float]]]
     tokens_per_s: list[list[float]]
     meta: dict = field(default_factory=dict)
+    level_drift: dict[str, dict[str, dict[str, float]]] | None = None
+    """Optional (None: fixed levels); see the module."""
 
     def step_seconds(self, b: int, k: int, c: int) -> float:
         """Table time of a step without prefill or catch-up, at grid indices."""
@@ -172,6 +182,26 @@ def _check_by_output(obj, domains: set, bands: list[str], k_max: int, source: st
             _check_rates(table, (len(edges) + 1, k_max), f"{where}.rates.{domain}.{band}")
 
 
+def _check_drift(obj, domains: set, bands: list[str], where: str) -> None:
+    if not isinstance(obj, dict) or set(obj) != domains:
+        got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise SpecrlError(f"{where}: expected the domains {sorted(domains)}, got {got}")
+    for domain, by_band in obj.items():
+        _check_by_band(by_band, f"{where}.{domain}", bands)
+        for band, entry in by_band.items():
+            at = f"{where}.{domain}.{band}"
+            if not isinstance(entry, dict) or set(entry) != {"per_token", "scale", "shift"}:
+                raise SpecrlError(f'{at}: expected {{"per_token": phi, "scale": s, "shift": c}}')
+            phi, scale, shift = entry["per_token"], entry["scale"], entry["shift"]
+            if not (_num(phi) and 0 < phi <= 1):
+                raise SpecrlError(f"{at}.per_token: expected a number in (0, 1], got {phi!r}")
+            if not (_num(scale) and scale > 0):
+                raise SpecrlError(f"{at}.scale: expected a number > 0, got {scale!r}")
+            finite = isinstance(shift, (int, float)) and not isinstance(shift, bool)
+            if not (finite and math.isfinite(shift)):
+                raise SpecrlError(f"{at}.shift: expected a finite number, got {shift!r}")
+
+
 def profile_from_json(obj, source: str = "profile") -> Profile:
     """Validate a decoded profile; a profile that fails any check is rejected whole."""
     check_header(
@@ -182,7 +212,7 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         what="profile",
         remake=f"measure it again with `specrl profile --out {source}`",
     )
-    names = [f for f in Profile.__dataclass_fields__ if f != "meta"]
+    names = [f for f in Profile.__dataclass_fields__ if f not in OPTIONAL_FIELDS]
     for name in names:
         if name not in obj:
             raise SpecrlError(f"{source}: missing field {name!r}")
@@ -254,11 +284,14 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
                 raise SpecrlError(
                     f"{where}.{band}: expected a non-empty sorted list of finite numbers"
                 )
+    drift = obj.get("level_drift")
+    if drift is not None:
+        _check_drift(drift, set(acceptance), bands, f"{source}.level_drift")
     if not isinstance(obj["fingerprint"], dict):
         raise SpecrlError(f"{source}.fingerprint: expected an object")
     if not isinstance(obj["acceptance_counts"], dict):
         raise SpecrlError(f"{source}.acceptance_counts: expected an object")
-    return Profile(**{name: obj[name] for name in names}, meta=dict(meta))
+    return Profile(**{name: obj[name] for name in names}, meta=dict(meta), level_drift=drift)
 
 
 def load_profile(path: str | Path) -> Profile:
