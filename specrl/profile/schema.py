@@ -172,34 +172,34 @@ def _check_by_output(obj, domains: set, bands: list[str], k_max: int, source: st
         and all(b > a for a, b in pairwise(edges))
     ):
         raise SpecrlError(f"{where}.edges: expected increasing integers > 0, got {edges!r}")
-    rates = obj["rates"]
-    if not isinstance(rates, dict) or set(rates) != domains:
-        got = sorted(rates) if isinstance(rates, dict) else type(rates).__name__
-        raise SpecrlError(f"{where}.rates: expected the domains {sorted(domains)}, got {got}")
-    for domain, by_band in rates.items():
-        _check_by_band(by_band, f"{where}.rates.{domain}", bands)
-        for band, table in by_band.items():
-            _check_rates(table, (len(edges) + 1, k_max), f"{where}.rates.{domain}.{band}")
+    for table, at in _groups(obj["rates"], domains, bands, f"{where}.rates"):
+        _check_rates(table, (len(edges) + 1, k_max), at)
 
 
-def _check_drift(obj, domains: set, bands: list[str], where: str) -> None:
+def _groups(obj, domains: set, bands: list[str], where: str):
+    """``obj`` is ``{domain: {band: entry}}`` over exactly ``domains`` and ``bands``; yields
+    each entry with its field path."""
     if not isinstance(obj, dict) or set(obj) != domains:
         got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
         raise SpecrlError(f"{where}: expected the domains {sorted(domains)}, got {got}")
     for domain, by_band in obj.items():
         _check_by_band(by_band, f"{where}.{domain}", bands)
         for band, entry in by_band.items():
-            at = f"{where}.{domain}.{band}"
-            if not isinstance(entry, dict) or set(entry) != {"per_token", "scale", "shift"}:
-                raise SpecrlError(f'{at}: expected {{"per_token": phi, "scale": s, "shift": c}}')
-            phi, scale, shift = entry["per_token"], entry["scale"], entry["shift"]
-            if not (_num(phi) and 0 < phi <= 1):
-                raise SpecrlError(f"{at}.per_token: expected a number in (0, 1], got {phi!r}")
-            if not (_num(scale) and scale > 0):
-                raise SpecrlError(f"{at}.scale: expected a number > 0, got {scale!r}")
-            finite = isinstance(shift, (int, float)) and not isinstance(shift, bool)
-            if not (finite and math.isfinite(shift)):
-                raise SpecrlError(f"{at}.shift: expected a finite number, got {shift!r}")
+            yield entry, f"{where}.{domain}.{band}"
+
+
+def _check_drift(obj, domains: set, bands: list[str], where: str) -> None:
+    for entry, at in _groups(obj, domains, bands, where):
+        if not isinstance(entry, dict) or set(entry) != {"per_token", "scale", "shift"}:
+            raise SpecrlError(f'{at}: expected {{"per_token": phi, "scale": s, "shift": c}}')
+        phi, scale, shift = entry["per_token"], entry["scale"], entry["shift"]
+        if not (_num(phi) and 0 < phi <= 1):
+            raise SpecrlError(f"{at}.per_token: expected a number in (0, 1], got {phi!r}")
+        if not (_num(scale) and scale > 0):
+            raise SpecrlError(f"{at}.scale: expected a number > 0, got {scale!r}")
+        finite = isinstance(shift, (int, float)) and not isinstance(shift, bool)
+        if not (finite and math.isfinite(shift)):
+            raise SpecrlError(f"{at}.shift: expected a finite number, got {shift!r}")
 
 
 def profile_from_json(obj, source: str = "profile") -> Profile:
