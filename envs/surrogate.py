@@ -15,7 +15,7 @@ from specrl.envs.base import Served, SpecEnvBase
 from specrl.errors import SpecrlError
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
-from specrl.profile.levels import Z_STEPS, grid_index, level_grid
+from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
 from specrl.profile.schema import Profile, load_profile
 from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
@@ -179,7 +179,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         # Drifting levels: a level per grid point of z and group, and phi per group.
         drift = prof.level_drift
         fits = [drift[d][b] for d, b in self._groups] if drift else []
-        if any(f != {"per_token": 1.0, "scale": 1.0, "shift": 0.0} for f in fits):
+        if any(f != FIXED_LEVEL for f in fits):
             self._level_grid = np.stack(
                 [level_grid(self._levels[i], f["scale"]) + f["shift"] for i, f in enumerate(fits)]
             )

@@ -24,6 +24,9 @@ import math
 
 import numpy as np
 
+FIXED_LEVEL = {"per_token": 1.0, "scale": 1.0, "shift": 0.0}
+"""The ``level_drift`` entry of a level that stays as drawn: the profile's ``request_levels``
+as they are, never drifting."""
 Z_LIMIT = 4.0
 """``z`` is looked up on a grid over [-Z_LIMIT, Z_LIMIT] (beyond: the grid's ends)."""
 Z_STEPS = 1600

@@ -60,7 +60,7 @@ import numpy as np
 
 from specrl.errors import SpecrlError
 from specrl.profile.fingerprint import pair_fingerprint
-from specrl.profile.levels import drift, grid_index, level_grid
+from specrl.profile.levels import FIXED_LEVEL, drift, grid_index, level_grid
 from specrl.profile.schema import Profile
 from specrl.profile.synthetic import expected_tokens_per_row
 from specrl.workload.trace import (
@@ -466,7 +466,7 @@ def fit_level_drift(
     carry the same sampling noise. Then ``shift`` makes the simulated requests accept as many
     of their drafted tokens as the measured ones did. Too few requests
     (:data:`DRIFT_MIN_REQUESTS`): a fixed level."""
-    fixed = {"per_token": 1.0, "scale": 1.0, "shift": 0.0}
+    fixed = dict(FIXED_LEVEL)
     steps = np.asarray(steps, dtype=np.int64).reshape(-1, 4)
     if len(steps) == 0:
         return fixed
