@@ -193,7 +193,19 @@ def test_check_compatible():
         check_compatible(prof, _fingerprint(k_max=6), force=True)
 
 
-def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
+def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
+    from specrl.profile import measure
+
+    built = []
+
+    class Spy(measure._Cell):
+        def __init__(self, *args, batch, context, **kw):
+            super().__init__(*args, batch=batch, context=context, **kw)
+            built.append(self)
+            self.key = (batch, context)
+
+    monkeypatch.setattr(measure, "_Cell", Spy)
+    monkeypatch.setattr(measure, "REPLICA_BATCH", 1)
     rounds = []
     prof = measure_profile(
         micro_pair,
@@ -207,6 +219,12 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path):
         between_rounds=rounds.append,
     )
     assert rounds == [0, 1]
+    # A warm-up cell at the largest batch, then REPLICAS cells per context at batch 1 (up to
+    # REPLICA_BATCH) and one at batch 2; every timing cell stepped through every round.
+    keys = [cell.key for cell in built]
+    assert keys[0] == (2, 8)
+    assert sorted(keys[1:]) == sorted([(1, 8), (1, 40)] * measure.REPLICAS + [(2, 8), (2, 40)])
+    assert all(len(cell.samples) == 1 + 2 * 6 for cell in built[1:])  # catch-up + 2 rounds
     prof.save(tmp_path / "p.json")
     loaded = load_profile(tmp_path / "p.json")
     assert loaded.batch_sizes == [1, 2] and loaded.k_max == 2

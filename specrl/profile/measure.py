@@ -9,9 +9,10 @@ plain steps, a catch-up step after them, one clean step per K. Each round also a
 single requests of workload-like prompt lengths on their own, as served traffic admits them:
 the prefill and catch-up costs at the small sizes live traffic has. Interleaving the cells means a
 moment when the machine is busy spoils one sample of many cells, not all samples of one, and
-the medians absorb it. Tables are then made non-decreasing in context and in batch size (a
-step never gets cheaper with more work; what says otherwise is noise). A warm-up cell runs
-first and is discarded.
+the medians absorb it. Cells up to batch :data:`REPLICA_BATCH` are built :data:`REPLICAS`
+times over and their samples pooled: there a step is cheap and the K decision is made. Tables
+are then made non-decreasing in context and in batch size (a step never gets cheaper with
+more work; what says otherwise is noise). A warm-up cell runs first and is discarded.
 
 The timing cells' rows rotate through the domains and through the sampling settings
 (:data:`~specrl.workload.trace.SAMPLING_CONFIGS`), as workload traffic does: sampled rows make
@@ -90,6 +91,16 @@ SMALL_ADMISSIONS = 6
 """Single-request admissions timed per round (see :func:`_small_admission`)."""
 PLAIN_STEPS = 3
 """K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
+REPLICA_BATCH = 8
+"""Timing cells up to this batch size are built :data:`REPLICAS` times (independent engines,
+their own ragged rows), all stepped every round, their samples pooled."""
+REPLICAS = 3
+"""Why: a round steps each K>0 once, so a cell's K>0 medians rest on ``reps`` samples, and at
+the small batch sizes, where a step takes 10-30 ms and the controller's decision is made,
+one engine's few samples moved a whole row of the table. Two profiles of this VM two hours
+apart read T(K=1) / T(K=0) at batch 2 as 1.95 and 1.61 (1.38 and 1.35 at batches 1 and 4 in
+the first), and at batch 1 as 1.30 where eight rounds of timing alone read 1.60. Small cells
+are cheap: three replicas of every cell up to batch 8 add a few seconds a round."""
 
 
 def _round(k_max: int) -> list[int]:
@@ -616,20 +627,25 @@ def measure_profile(
         streams = token_streams(pair.tokenizer)
     rng = np.random.default_rng(seed)
     keys = [(b, c) for c in contexts for b in batch_sizes]
-    bar = tqdm(total=len(keys) + reps + 1 + groups, desc="profile", disable=not progress)
+    copies = {b: REPLICAS if b <= REPLICA_BATCH else 1 for b in batch_sizes}
+    n_cells = sum(copies[b] for b, _ in keys)
+    bar = tqdm(total=n_cells + reps + 1 + groups, desc="profile", disable=not progress)
     kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng, "settings": settings}
     _Cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw).run_round()  # warm-up
     bar.update()
-    cells = {}
+    cells: dict[tuple[int, int], list[_Cell]] = {}
     for b, c in keys:
         bar.set_postfix_str(f"prefill B={b} ctx={c}")
-        cells[b, c] = _Cell(pair, streams, batch=b, context=c, **kw)
-        bar.update()
+        cells[b, c] = []
+        for _ in range(copies[b]):
+            cells[b, c].append(_Cell(pair, streams, batch=b, context=c, **kw))
+            bar.update()
     small = []
     for r in range(reps):
         bar.set_postfix_str(f"round {r + 1}/{reps}")
-        for cell in cells.values():
-            cell.run_round()
+        for replicas in cells.values():
+            for cell in replicas:
+                cell.run_round()
         small += [
             _small_admission(pair, streams, k_max=k_max, device=device, rng=rng)
             for _ in range(SMALL_ADMISSIONS)
@@ -637,7 +653,11 @@ def measure_profile(
         if between_rounds is not None:
             between_rounds(r)
         bar.update()
-    samples = {key: [cell.admission, *cell.samples] for key, cell in cells.items()}
+    # The first replica's admission (prefill) step, then every replica's decode steps.
+    samples = {
+        key: [replicas[0].admission, *(s for cell in replicas for s in cell.samples)]
+        for key, replicas in cells.items()
+    }
     del cells
     bar.set_postfix_str("acceptance")
     common = {
