@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "written to --profile. The same check runs before every round of live episodes and "
         "after the last: a second surrogate column runs on the profile scaled to the speed "
         "those checks measured (speed-matched), which separates the surrogate's error from "
-        "the machine's drift since the profile.",
+        "the machine's drift since the profile. --trace-seeds N pools N draws of each trace.",
     )
     val.add_argument("--profile", required=True, metavar="PROFILE.json")
     val.add_argument(
@@ -66,6 +66,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     val.add_argument("--seed", type=int, default=0)
     val.add_argument(
+        "--trace-seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="draw each preset trace N times (seeds --seed .. --seed + N - 1), play "
+        "--live-repeats live episodes and --surrogate-seeds surrogate episodes on each, and pool "
+        "them per policy: the acceptance a trace shows is heavy-tailed from draw to draw (one "
+        "slow request can hold a trace's tail alone), so one draw is a noisy yardstick",
+    )
+    val.add_argument(
         "--no-speed-check",
         action="store_true",
         help="skip the freshness checks between live rounds and the speed-matched surrogate",
@@ -74,13 +84,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.set_defaults(func=validate)
 
 
-def _traces(args):
+def _traces(args) -> list[list]:
+    """The traces to compare on, each as its list of draws (one per trace seed)."""
+    from specrl.errors import SpecrlError
     from specrl.workload import load_trace, preset_trace
 
+    if args.trace_seeds < 1:
+        raise SpecrlError(f"--trace-seeds must be >= 1, got {args.trace_seeds}")
     if args.trace:
-        return [load_trace(path) for path in args.trace]
+        if args.trace_seeds != 1:
+            raise SpecrlError(
+                "--trace-seeds draws the preset traces again; a --trace file is replayed as "
+                "it is: drop one of the two"
+            )
+        return [[load_trace(path)] for path in args.trace]
     return [
-        preset_trace(name, seed=args.seed, n_requests=n, peak=peak)
+        [
+            preset_trace(name, seed=args.seed + i, n_requests=n, peak=peak)
+            for i in range(args.trace_seeds)
+        ]
         for name, n, peak in SIM2REAL_TRACES
     ]
 
@@ -122,14 +144,19 @@ def validate(args: argparse.Namespace) -> int:
         print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
     k_max = 4 if profile is None else min(4, profile.k_max)
     setups = []
-    for trace in traces:
-        max_batch = max(c for _, c in trace.load.get("schedule", [[0, 1]]))
-        max_len = max(384, trace.max_request_len)
-        common = {"workload": trace, "k_max": k_max, "max_batch": max_batch, "max_len": max_len}
+    for draws in traces:
+        max_batch = max(c for t in draws for _, c in t.load.get("schedule", [[0, 1]]))
+        max_len = max(384, *(t.max_request_len for t in draws))
+        common = {"k_max": k_max, "max_batch": max_batch, "max_len": max_len}
         # The reward's reference rate plays no part in tokens/s, so the live env needs no
         # profile of its own.
-        live = LiveSpecEnv(pair=pair, device=args.device, reference_tokens_per_s=1.0, **common)
-        setups.append((trace, common, live))
+        lives = [
+            LiveSpecEnv(
+                pair=pair, device=args.device, reference_tokens_per_s=1.0, workload=t, **common
+            )
+            for t in draws
+        ]
+        setups.append((draws, common, lives))
     if profile is None:
         from specrl.profile.measure import measure_profile
 
@@ -142,36 +169,54 @@ def validate(args: argparse.Namespace) -> int:
 
     from specrl.profile.freshness import check_freshness, speed_matched
 
-    if note := odd_rounds_note(args.live_repeats, "--live-repeats"):
+    rounds = args.live_repeats * args.trace_seeds
+    if note := odd_rounds_note(rounds, "--live-repeats"):
         print(note)
     rows, speed = [], []
-    bar = tqdm(total=len(setups) * len(specs) * args.live_repeats, desc="live episodes")
-    for trace, common, live in setups:
-        surrogate = SurrogateSpecEnv(profile=profile, **common)
-        policies = [make_policy(spec, env=surrogate) for spec in specs]
+    bar = tqdm(total=len(setups) * len(specs) * rounds, desc="live episodes")
+    for draws, common, lives in setups:
+        trace = draws[0]
+        surrogates = [SurrogateSpecEnv(profile=profile, workload=t, **common) for t in draws]
+        policies = [make_policy(spec, env=surrogates[0]) for spec in specs]
         bar.set_postfix_str(f"trace {trace.name}")
-        runs = LiveRuns(live, policies, seed=args.seed, repeats=args.live_repeats)
         checks = []
 
         def check(checks=checks):
             checks.append(check_freshness(profile, pair, device=args.device, seed=len(checks)))
 
-        live_runs = runs.run_all(
-            on_episode=lambda _: bar.update(),
-            before_round=None if args.no_speed_check else check,
-        )
+        live_runs: dict[str, list] = {p.name: [] for p in policies}
+        for i, live in enumerate(lives):
+            runs = LiveRuns(
+                live,
+                policies,
+                seed=args.seed + i,
+                repeats=args.live_repeats,
+                first_round=i * args.live_repeats,
+            )
+            for name, results in runs.run_all(
+                on_episode=lambda _: bar.update(),
+                before_round=None if args.no_speed_check else check,
+            ).items():
+                live_runs[name] += results
         matched = None
         if not args.no_speed_check:
             check()  # and after the last round: the checks bracket every episode
             fast = speed_matched(profile, checks)
-            matched = SurrogateSpecEnv(profile=fast, **common)
+            matched = [SurrogateSpecEnv(profile=fast, workload=t, **common) for t in draws]
             speed.append({"trace": trace.name, **fast.meta["speed_matched"]})
         trace_rows = compare_runs(
-            live_runs, surrogate, policies, surrogate_seeds=args.surrogate_seeds, matched=matched
+            live_runs,
+            surrogates,
+            policies,
+            surrogate_seeds=args.surrogate_seeds,
+            matched=matched,
         )
+        requests = sum(len(t.requests) for t in draws)
+        tokens = sum(t.total_tokens for t in draws)
+        drawn = f" over {len(draws)} draws (seeds {args.seed}-{args.seed + len(draws) - 1})"
         tqdm.write(
-            f"\ntrace {trace.name!r}: {len(trace.requests)} requests, {trace.total_tokens} "
-            f"tokens, peak {common['max_batch']}; profile {args.profile}"
+            f"\ntrace {trace.name!r}{drawn if len(draws) > 1 else ''}: {requests} requests, "
+            f"{tokens} tokens, peak {common['max_batch']}; profile {args.profile}"
         )
         if matched is not None:
             tqdm.write(
@@ -200,6 +245,7 @@ def validate(args: argparse.Namespace) -> int:
     if args.json:
         out = {
             "profile": str(args.profile),
+            "trace_seeds": list(range(args.seed, args.seed + args.trace_seeds)),
             "policies": [r.to_json() for r in rows],
             "speed_checks": speed,
         }

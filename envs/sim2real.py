@@ -87,9 +87,14 @@ class LiveRuns:
         seed: int = 0,
         repeats: int = 2,
         warmup_steps: int = LIVE_WARMUP_STEPS,
+        first_round: int = 0,
     ):
         self.live, self.seed = live, seed
-        self.todo = [p for r in range(repeats) for p in round_order(policies, r)]
+        # first_round: where these rounds fall in a longer comparison (several traces), so the
+        # play order keeps alternating across them.
+        self.todo = [
+            p for r in range(first_round, first_round + repeats) for p in round_order(policies, r)
+        ]
         self.n_policies = len(policies)
         self.results: dict[str, list] = {p.name: [] for p in policies}
         warm_up(live, policies[-1], seed=seed, steps=warmup_steps)
@@ -144,15 +149,25 @@ def compare_runs(
 ) -> list[Comparison]:
     """Rows for live episodes already played (``LiveRuns.results``) against the surrogate,
     and, given ``matched`` (a surrogate env on the speed-matched profile), against that too.
-    The policies are the same objects in every env: one decision rule, other costs."""
+    The policies are the same objects in every env: one decision rule, other costs.
+
+    ``surrogate`` (and ``matched``) may be a list of envs, one per trace the live episodes
+    played (several draws of one preset): ``surrogate_seeds`` episodes are played on each, and
+    each row pools every episode, live and simulated."""
     rows = []
-    trace = getattr(surrogate.unwrapped.workload, "name", "")
+    surrogates = surrogate if isinstance(surrogate, list | tuple) else [surrogate]
+    fasts = matched if isinstance(matched, list | tuple) or matched is None else [matched]
+    trace = getattr(surrogates[0].unwrapped.workload, "name", "")
     for policy in policies:
-        sims = [run_episode(surrogate, policy, seed=s) for s in range(surrogate_seeds)]
+        sims = [
+            run_episode(env, policy, seed=s) for env in surrogates for s in range(surrogate_seeds)
+        ]
         live = live_runs[policy.name]
         extra = {}
-        if matched is not None:
-            fast = [run_episode(matched, policy, seed=s) for s in range(surrogate_seeds)]
+        if fasts is not None:
+            fast = [
+                run_episode(env, policy, seed=s) for env in fasts for s in range(surrogate_seeds)
+            ]
             extra = {
                 "matched_tokens_per_s": _aggregate(fast),
                 "matched_decode_s": _mean_part(fast, decode=True),

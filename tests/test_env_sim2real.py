@@ -161,3 +161,70 @@ def test_validate_surrogate_writes_the_speed_checks_and_both_ratios(
     printed = capsys.readouterr().out
     assert "of 2 ratios within 0.9-1.1" in printed
     assert "speed-matched: " in printed and "of 2 within 0.9-1.1" in printed
+
+
+def test_live_runs_keep_alternating_across_traces(micro_pair):
+    """The rounds of a second trace draw continue the ABBA order of the first: with
+    first_round=1 the reversed order plays first."""
+    from specrl.envs.sim2real import LiveRuns
+
+    _, _, _, live, _ = _ramp_envs(micro_pair, n_requests=2, new_tokens=3)
+    policies = [FixedK(0), FixedK(2)]
+    played = []
+    LiveRuns(live, policies, repeats=2, warmup_steps=0, first_round=1).run_all(played.append)
+    assert played == ["K=2", "off", "off", "K=2"]
+
+
+def test_compare_runs_pools_every_trace_draw():
+    """Given one surrogate env per trace draw, each row pools surrogate_seeds episodes of
+    every draw: its tokens/s is sum(tokens) / sum(seconds) over all of them, and its
+    acceptance statistics are those of every step of every episode."""
+    import numpy as np
+
+    from specrl.envs.rollout import run_episode
+    from specrl.envs.sim2real import compare_runs
+
+    profile = linear_profile(k_max=2)
+    envs = [
+        SurrogateSpecEnv(
+            profile=profile,
+            workload=preset_trace("steady-8", seed=s, n_requests=12, peak=4),
+            k_max=2,
+            max_batch=4,
+        )
+        for s in (0, 1)
+    ]
+    assert envs[0].workload.requests != envs[1].workload.requests
+    policy = FixedK(2)
+    live = {"K=2": [run_episode(envs[0], policy, seed=9)]}
+    (row,) = compare_runs(live, envs, [policy], surrogate_seeds=2)
+    sims = [run_episode(e, policy, seed=s) for e in envs for s in range(2)]
+    assert row.surrogate_tokens_per_s == pytest.approx(
+        sum(r.tokens for r in sims) / sum(r.seconds for r in sims)
+    )
+    steps = np.concatenate([r.step_acceptance for r in sims])
+    assert row.surrogate_acceptance_mean == pytest.approx(steps.mean())
+    assert row.surrogate_acceptance_std == pytest.approx(steps.std())
+    (one,) = compare_runs(live, envs[0], [policy], surrogate_seeds=2)
+    assert one.surrogate_tokens_per_s != pytest.approx(row.surrogate_tokens_per_s)
+
+
+def test_validate_surrogate_trace_seeds_draw_presets_and_refuse_a_trace_file(tmp_path, capsys):
+    import argparse
+
+    from specrl.cli import main
+    from specrl.envs.cli import SIM2REAL_TRACES, _traces
+
+    args = argparse.Namespace(trace=None, trace_seeds=3, seed=5)
+    draws = _traces(args)
+    assert [[t.name for t in d] for d in draws] == [[n] * 3 for n, _, _ in SIM2REAL_TRACES]
+    for (name, n, peak), d in zip(SIM2REAL_TRACES, draws, strict=True):
+        for i, t in enumerate(d):
+            assert t.requests == preset_trace(name, seed=5 + i, n_requests=n, peak=peak).requests
+    preset_trace("steady-8", seed=0, n_requests=4, peak=2).save(tmp_path / "t.json")
+    base = ["validate-surrogate", "--profile", str(tmp_path / "p.json")]
+    assert main([*base, "--trace", str(tmp_path / "t.json"), "--trace-seeds", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--trace-seeds" in err and "--trace" in err
+    assert main([*base, "--trace-seeds", "0"]) == 2
+    assert "--trace-seeds must be >= 1, got 0" in capsys.readouterr().err
