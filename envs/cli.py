@@ -143,6 +143,9 @@ def validate(args: argparse.Namespace) -> int:
         )
         print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
     k_max = 4 if profile is None else min(4, profile.k_max)
+    from specrl.workload.prompts import token_streams
+
+    streams = token_streams(pair.tokenizer)  # tokenized once, shared by every live env
     setups = []
     for draws in traces:
         max_batch = max(c for t in draws for _, c in t.load.get("schedule", [[0, 1]]))
@@ -152,7 +155,12 @@ def validate(args: argparse.Namespace) -> int:
         # profile of its own.
         lives = [
             LiveSpecEnv(
-                pair=pair, device=args.device, reference_tokens_per_s=1.0, workload=t, **common
+                pair=pair,
+                device=args.device,
+                reference_tokens_per_s=1.0,
+                workload=t,
+                streams=streams,
+                **common,
             )
             for t in draws
         ]
@@ -198,6 +206,7 @@ def validate(args: argparse.Namespace) -> int:
                 before_round=None if args.no_speed_check else check,
             ).items():
                 live_runs[name] += results
+            live.close()  # one draw's engine caches at a time
         matched = None
         if not args.no_speed_check:
             check()  # and after the last round: the checks bracket every episode

@@ -217,6 +217,11 @@ class LiveSpecEnv(SpecEnvBase):
         self.engine.pop_finished()
         self._trace_index: dict[int, int] = {}
 
+    def close(self) -> None:
+        """Free the engine and its caches; a later ``reset`` builds a new one."""
+        self.engine = None
+        super().close()
+
     def _submit(self, requests, first: int) -> None:
         for index, r in enumerate(requests, start=first):
             seed = int(self.np_random.integers(2**62)) if r.temperature > 0 else None

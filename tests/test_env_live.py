@@ -155,3 +155,16 @@ def test_bad_arguments_name_the_field(micro_pair, streams):
         _env(micro_pair, streams=streams, max_len=4096)
     with pytest.raises(SpecrlError, match=r"needs \d+ tokens .* max_len is 20"):
         _env(micro_pair, streams=streams, max_len=20, workload=preset_trace("steady-2", **TINY))
+
+
+def test_close_frees_the_engine_and_a_reset_builds_a_new_one(micro_pair, streams):
+    env = _env(micro_pair, streams=streams)
+    trace = preset_trace("steady-2", seed=3, peak=2, **TINY)
+    first = run_episode(env, FixedK(3), seed=0, options={"trace": trace})
+    assert env.engine is not None
+    env.close()
+    assert env.engine is None
+    again = run_episode(env, FixedK(3), seed=0, options={"trace": trace})
+    assert env.engine is not None
+    assert again.tokens == first.tokens == trace.total_tokens
+    assert again.step_tokens == first.step_tokens and again.step_k == first.step_k
