@@ -50,6 +50,29 @@ class Comparison:
         return self.matched_tokens_per_s / self.live_tokens_per_s
 
     @property
+    def observed(self) -> bool:
+        """Whether either side saw an acceptance observation. A policy that never drafts
+        (off) leaves the estimate at 0 in both environments: there is nothing to compare."""
+        return any(
+            v != 0.0
+            for v in (
+                self.live_acceptance_mean,
+                self.live_acceptance_std,
+                self.surrogate_acceptance_mean,
+                self.surrogate_acceptance_std,
+            )
+        )
+
+    @property
+    def acceptance_gap(self) -> float:
+        """The larger of the live/surrogate gaps in the acceptance observation's mean and
+        std per step; the goal is at most 0.05."""
+        return max(
+            abs(self.live_acceptance_mean - self.surrogate_acceptance_mean),
+            abs(self.live_acceptance_std - self.surrogate_acceptance_std),
+        )
+
+    @property
     def decode_ratio(self) -> float:
         """Surrogate decode seconds over live: above 1, the profile's step times run slow."""
         return _over(self.surrogate_decode_s, self.live_decode_s)
@@ -206,6 +229,15 @@ def _acceptance_stats(results) -> tuple[float, float]:
     return float(values.mean()), float(values.std())
 
 
+def _acceptance_cells(r: Comparison) -> str:
+    if not r.observed:
+        return "- | -"
+    return (
+        f"{r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
+        f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f}"
+    )
+
+
 def format_comparison(rows: list[Comparison]) -> str:
     matched = any(not math.isnan(r.matched_tokens_per_s) for r in rows)
     lines = [
@@ -221,8 +253,6 @@ def format_comparison(rows: list[Comparison]) -> str:
             f"| {r.policy} | {r.live_tokens_per_s:.0f} | {r.surrogate_tokens_per_s:.0f} | "
             f"{r.ratio:.2f} | {r.surrogate_decode_s:.2f} / {r.live_decode_s:.2f} "
             f"({r.decode_ratio:.2f}) | {r.surrogate_prefill_s:.2f} / {r.live_prefill_s:.2f} "
-            f"({r.prefill_ratio:.2f}) | "
-            f"{r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
-            f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f} |" + tail
+            f"({r.prefill_ratio:.2f}) | {_acceptance_cells(r)} |" + tail
         )
     return "\n".join(lines)

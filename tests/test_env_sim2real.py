@@ -63,6 +63,23 @@ def test_compare_runs_each_policy_live_and_simulated(micro_pair):
         f"({off.decode_ratio:.2f}) | " in table[2] and f"({off.prefill_ratio:.2f}) | " in table[2]
     )
     assert len(table) == 2 + len(policies)
+    # Off has no acceptance observation: its cells read "-", a drafting policy's its figures.
+    assert "| - | - |" in table[2] and "±" not in table[2]
+    k2 = rows[1]
+    assert f"| {k2.live_acceptance_mean:.3f} ± {k2.live_acceptance_std:.3f} | " in table[3]
+
+
+def test_acceptance_gap_and_observed():
+    """The gap is the larger of the mean and std gaps; a row is observed when either side
+    has a nonzero figure, so a surrogate that saw acceptance where live saw none still
+    counts (as a miss)."""
+    from specrl.envs.sim2real import Comparison
+
+    row = Comparison("K=2", 100.0, 100.0, 0.70, 0.10, 0.66, 0.17)
+    assert row.observed and row.acceptance_gap == pytest.approx(0.07)
+    assert not Comparison("off", 100.0, 100.0).observed
+    one_sided = Comparison("x", 100.0, 100.0, surrogate_acceptance_mean=0.2)
+    assert one_sided.observed and one_sided.acceptance_gap == pytest.approx(0.2)
 
 
 def test_bench_surrogate_prints_steps_per_second(tmp_path, capsys):
@@ -161,6 +178,9 @@ def test_validate_surrogate_writes_the_speed_checks_and_both_ratios(
     printed = capsys.readouterr().out
     assert "of 2 ratios within 0.9-1.1" in printed
     assert "speed-matched: " in printed and "of 2 within 0.9-1.1" in printed
+    # Off never drafts: it is left out of the acceptance count, and said so.
+    assert "within 0.05 for " in printed
+    assert " of 1 policy runs that drafted (1 never drafted: no observation to compare)" in printed
 
 
 def test_live_runs_keep_alternating_across_traces(micro_pair):
