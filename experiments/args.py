@@ -29,8 +29,8 @@ def _tuple_of(item: type):
     return convert
 
 
-def parse_dataclass(cls, argv: list[str] | None, doc: str | None):
-    """An instance of ``cls`` from ``argv``; a tuple field is a comma list, a bool field a
+def dataclass_parser(cls, doc: str | None) -> argparse.ArgumentParser:
+    """One ``--option`` per field of ``cls``; a tuple field is a comma list, a bool field a
     ``--x/--no-x`` pair. ``doc``'s first line is the description."""
     parser = argparse.ArgumentParser(description=(doc or "").strip().split("\n")[0])
     docs = field_docs(cls)
@@ -53,7 +53,12 @@ def parse_dataclass(cls, argv: list[str] | None, doc: str | None):
         parser.add_argument(
             option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
         )
-    return cls(**vars(parser.parse_args(argv)))
+    return parser
+
+
+def parse_dataclass(cls, argv: list[str] | None, doc: str | None):
+    """An instance of ``cls`` from ``argv`` (options as :func:`dataclass_parser` builds them)."""
+    return cls(**vars(dataclass_parser(cls, doc).parse_args(argv)))
 
 
 def script_main(cls, run, argv: list[str] | None, doc: str | None, name: str) -> int:
