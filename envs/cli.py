@@ -238,14 +238,7 @@ def validate(args: argparse.Namespace) -> int:
     print("\n" + _in_band(rows, "ratio", "ratios within 0.9-1.1"))
     if not args.no_speed_check:
         print("speed-matched: " + _in_band(rows, "matched_ratio", "within 0.9-1.1"))
-    observed = [r for r in rows if r.observed]
-    close = sum(r.acceptance_gap <= 0.05 for r in observed)
-    unobserved = len(rows) - len(observed)
-    print(
-        f"acceptance observation (mean and std) within 0.05 for {close} of {len(observed)} "
-        "policy runs that drafted"
-        + (f" ({unobserved} never drafted: no observation to compare)" if unobserved else "")
-    )
+    print(acceptance_line(rows))
     if args.json:
         out = {
             "profile": str(args.profile),
@@ -257,6 +250,24 @@ def validate(args: argparse.Namespace) -> int:
             json.dump(out, f, indent=1)
         print(f"wrote {args.json}")
     return 0
+
+
+def acceptance_line(rows, tolerance: float = 0.05) -> str:
+    """ "acceptance ... within 0.05 for N of M policy runs that drafted", and the runs outside
+    it with their gap; the runs that never drafted are counted apart (nothing to compare)."""
+    observed = [r for r in rows if r.observed]
+    out = [r for r in observed if r.acceptance_gap > tolerance]
+    line = (
+        f"acceptance observation (mean and std) within {tolerance:g} for "
+        f"{len(observed) - len(out)} of {len(observed)} policy runs that drafted"
+    )
+    if unobserved := len(rows) - len(observed):
+        line += f" ({unobserved} never drafted: no observation to compare)"
+    if out:
+        line += "; outside: " + ", ".join(
+            f"{r.trace}/{r.policy} {r.acceptance_gap:.3f}" for r in out
+        )
+    return line
 
 
 def _in_band(rows, ratio: str, what: str) -> str:

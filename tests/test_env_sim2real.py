@@ -82,6 +82,24 @@ def test_acceptance_gap_and_observed():
     assert one_sided.observed and one_sided.acceptance_gap == pytest.approx(0.2)
 
 
+def test_acceptance_line_counts_drafting_runs_and_names_the_misses():
+    from specrl.envs.cli import acceptance_line
+    from specrl.envs.sim2real import Comparison
+
+    rows = [
+        Comparison("off", 100.0, 100.0, trace="mixed"),
+        Comparison("K=2", 100.0, 100.0, 0.70, 0.10, 0.66, 0.17, trace="mixed"),
+        Comparison("K=4", 100.0, 100.0, 0.70, 0.10, 0.68, 0.12, trace="mixed"),
+    ]
+    assert acceptance_line(rows) == (
+        "acceptance observation (mean and std) within 0.05 for 1 of 2 policy runs that drafted"
+        " (1 never drafted: no observation to compare); outside: mixed/K=2 0.070"
+    )
+    assert acceptance_line(rows[2:]) == (
+        "acceptance observation (mean and std) within 0.05 for 1 of 1 policy runs that drafted"
+    )
+
+
 def test_bench_surrogate_prints_steps_per_second(tmp_path, capsys):
     from specrl.cli import main
 
