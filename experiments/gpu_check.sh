@@ -60,7 +60,9 @@ PY
 SPECRL_TEST_DEVICE="$DEVICE" timeout 150 python -m pytest -q -p no:cacheprovider \
     tests/test_engine.py tests/test_runner.py tests/test_sampling.py 2>&1 | tee "$OUT/tests.txt"
 BENCH=(--repeats 2)
-PROFILE=(--reps 3)
+# Past the workloads' 128 rows: a small pair on a large GPU may stay memory-bound there, and
+# the profile's table should show where (or whether) speculation stops paying.
+PROFILE=(--reps 3 --batch-sizes 1,2,4,8,16,32,64,128,256,512)
 if [ "$DEVICE" = cpu ]; then
     BENCH=(--repeats 1 --batch-sizes 1,4 --new-tokens 16)
     PROFILE=(--preset micro --batch-sizes 1,2 --contexts 16 --reps 1 --acceptance-rows 8)
