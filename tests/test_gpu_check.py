@@ -1,0 +1,43 @@
+"""``experiments/gpu_check.sh`` as a dry run on the CPU (``GPU_CHECK_DEVICE=cpu``), so the
+script a lent GPU runs unattended is known to work before one is lent."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specrl.profile.schema import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # about 2 minutes on 2 cores; run with `pytest -m slow`
+
+
+def test_gpu_check_dry_run_writes_every_figure(tmp_path):
+    out = tmp_path / "out"
+    env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "OUT": str(out)}
+    done = subprocess.run(
+        ["bash", str(REPO / "experiments" / "gpu_check.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "device.txt").read_text().startswith("cpu (dry run) torch ")
+    tests = (out / "tests.txt").read_text()
+    assert re.search(r"\d+ passed", tests) and not re.search(r"\d+ (failed|errors?)\b", tests)
+    bench = json.loads((out / "bench_engine_cpu.json").read_text())
+    assert bench["batch_sizes"] == [1, 4] and bench["new_tokens"] == 16
+    for by_k in bench["tokens_per_s"].values():
+        assert sorted(by_k) == [str(k) for k in range(bench["k_max"] + 1)]
+        assert all(v > 0 for v in by_k.values())
+    profile = load_profile(out / "profile-cpu.json")
+    assert profile.batch_sizes == [1, 2] and profile.fingerprint["device"].startswith("cpu")
+    shown = (out / "profile-cpu-show.txt").read_text()
+    assert "| batch | off | K=1 |" in shown and "acceptance by position" in shown
