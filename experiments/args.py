@@ -31,8 +31,9 @@ def _tuple_of(item: type):
 
 def dataclass_parser(cls, doc: str | None) -> argparse.ArgumentParser:
     """One ``--option`` per field of ``cls``; a tuple field is a comma list, a bool field a
-    ``--x/--no-x`` pair. ``doc``'s first line is the description."""
-    parser = argparse.ArgumentParser(description=(doc or "").strip().split("\n")[0])
+    ``--x/--no-x`` pair. ``doc``'s first paragraph is the description."""
+    first_paragraph = (doc or "").strip().split("\n\n")[0]
+    parser = argparse.ArgumentParser(description=" ".join(first_paragraph.split()))
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         option = "--" + f.name.replace("_", "-")

@@ -53,8 +53,9 @@ class Args:
     """Longest sequence (prompt + output) a row may reach."""
     k_max: int = DEFAULT.k_max
     """Largest K; actions are 0..k_max (0: speculation off)."""
-    n_envs: int = DEFAULT.n_envs
-    """Training envs stepped together."""
+    n_envs: int = 0
+    """Training envs stepped together; 0: 8 on the surrogate, 1 live (the only
+    count the live env takes)."""
     n_steps: int = DEFAULT.n_steps
     """Steps per env per rollout."""
     batch_size: int = DEFAULT.batch_size
@@ -122,7 +123,7 @@ def config_from(args: Args) -> TrainConfig:
         max_batch=args.max_batch,
         max_len=args.max_len,
         k_max=args.k_max,
-        n_envs=args.n_envs,
+        n_envs=args.n_envs or (1 if args.env == "live" else DEFAULT.n_envs),
         n_steps=args.n_steps,
         batch_size=args.batch_size,
         n_epochs=args.n_epochs,

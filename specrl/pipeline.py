@@ -2,7 +2,7 @@
 
 1. Reuse (or build) the default pair.
 2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
-   by an earlier demo, else measure one (a reduced grid). Then time a few cells now
+   by an earlier demo, else measure one (3 repetitions per cell). Then time a few cells now
    (``specrl profile --check``): a profile more than 15% off is
    reported with the command that re-measures it; ``--measure`` re-measures at once.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
@@ -110,8 +110,8 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
 
     torch.set_num_threads(options.threads or 1)
     _say(
-        "  measuring a profile of this machine (a reduced grid: 3 repetitions per cell; "
-        "`specrl profile --out P.json` measures the full one)"
+        "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
+        "one torch thread; `specrl profile --out P.json` takes 5)"
     )
     profile = measure_profile(
         pair,

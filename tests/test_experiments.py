@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from train_helpers import tiny
 
+from specrl.errors import SpecrlError
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = ("train_ppo", "compare", "seeds")
 
@@ -38,6 +40,22 @@ def test_help_lists_every_field_with_its_docstring(script):
     for name, doc in field_docs(module.Args).items():
         assert "--" + name.replace("_", "-") in done.stdout
         assert doc.split()[0] in done.stdout
+    # The description is the docstring's whole first paragraph, not its first line.
+    first_paragraph = " ".join(module.__doc__.strip().split("\n\n")[0].split())
+    assert first_paragraph in " ".join(done.stdout.split())
+
+
+def test_train_ppo_script_takes_one_env_live_unless_told():
+    train_ppo = load("train_ppo")
+    assert train_ppo.config_from(train_ppo.parse_args(["--out", "r"])).n_envs == 8
+    live = train_ppo.config_from(train_ppo.parse_args(["--out", "r", "--env", "live"]))
+    assert (live.env, live.n_envs) == ("live", 1)
+    two = train_ppo.parse_args(["--out", "r", "--env", "surrogate", "--n-envs", "2"])
+    assert train_ppo.config_from(two).n_envs == 2
+    with pytest.raises(SpecrlError, match="n_envs must be 1"):
+        train_ppo.config_from(
+            train_ppo.parse_args(["--out", "r", "--env", "live", "--n-envs", "2"])
+        )
 
 
 def test_compare_script_writes_each_workloads_comparison(tmp_path):

@@ -3,7 +3,10 @@
 A run directory (``RUN_DIR``)::
 
     config.json              the TrainConfig, written when the run starts
-    model.zip                the final SB3 model (written when the run finishes)
+    model.zip                the run's policy: the best-evaluated model, copied from
+                             best_model.zip when the run finishes
+    best_model.zip           the best-evaluated model so far (while training)
+    last_model.zip           the weights at the end of training
     summary.json             final evaluation, evaluation history, timing
     checkpoints/step-N/      model.zip (with the optimizer) and state.json (timestep count,
                              config, RNG state, reward-normalisation statistics)
