@@ -50,7 +50,7 @@ class LiveSpecEnv(SpecEnvBase):
     |---|------------|----------------------------------------------------|-----------------------|
     | 0 | batch      | rows the next step decodes (running + admitted)    | / max_batch           |
     | 1 | queue      | requests waiting beyond the free rows              | / max_batch, clip 1   |
-    | 2 | acceptance | EMA (weight 0.25) of accepted / drafted, K>0 steps | rate; 0 at start      |
+    | 2 | acceptance | EMA (weight 0.25) of per-token acceptance, K>0     | rate; 0 at start      |
     | 3 | staleness  | steps since acceptance was last measured (K>0)     | / 32, clip 1; 1 first |
     | 4 | step_time  | measured seconds of the last step                  | log, see below        |
     | 5 | context    | longest row (prompt + committed), last step        | / max_len             |
