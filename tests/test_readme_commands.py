@@ -37,9 +37,13 @@ def _block_commands() -> list[str]:
     return commands
 
 
-def _inline_commands(prefix: str) -> list[str]:
+def _inline_commands(prefix: str) -> list[tuple[str, list[str]]]:
+    """Each inline code span that starts with ``prefix``, and its words after the prefix with
+    a synopsis's brackets taken off (``[--json`` -> ``--json``)."""
     text = README.replace("\n", " ")
-    return [m.group(1) for m in re.finditer(rf"`({re.escape(prefix)}[^`]*)`", text)]
+    spans = [m.group(1) for m in re.finditer(rf"`({re.escape(prefix)}[^`]*)`", text)]
+    skip = len(prefix.split())
+    return [(span, [w.strip("[]") for w in span.split()[skip:]]) for span in spans]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
@@ -109,17 +113,15 @@ def _unknown_options(parser: argparse.ArgumentParser, words: list[str]) -> list[
     """The ``--options`` in ``words`` (after nested subcommands) that ``parser`` lacks."""
     while words and (subs := _subcommands(parser)) is not None and words[0] in subs:
         parser, words = subs[words[0]], words[1:]
-    known = _options(parser)
-    named = {re.match(r"--[\w-]+", w).group(0) for w in words if re.match(r"\[?--[\w-]", w)}
-    return sorted(o for o in {n.lstrip("[") for n in named} if o not in known)
+    named = {m.group(0) for w in words if (m := re.match(r"--[\w-]+", w))}
+    return sorted(named - _options(parser))
 
 
 def test_every_inline_specrl_command_names_real_options():
     parser = build_parser()
     subs = _subcommands(parser)
     failed = []
-    for span in _inline_commands("specrl "):
-        words = [w.lstrip("[").rstrip("]") for w in span.split()[1:]]
+    for span, words in _inline_commands("specrl "):
         if not words or words[0] == "...":
             continue
         if words[0] not in subs and not words[0].startswith("-"):
@@ -134,8 +136,7 @@ def test_every_inline_specrl_command_names_real_options():
 def test_every_inline_experiment_command_names_real_options(name):
     parser = _script_parser(name)
     failed = []
-    for span in _inline_commands(f"python experiments/{name}.py"):
-        words = [w.lstrip("[").rstrip("]") for w in span.split()[2:]]
+    for span, words in _inline_commands(f"python experiments/{name}.py"):
         if unknown := _unknown_options(parser, words):
             failed.append(f"{span}: {', '.join(unknown)}")
     assert not failed, "README inline commands with unknown options:\n" + "\n".join(failed)
