@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -271,3 +272,54 @@ def test_profile_pair_options_go_together(micro_pair_paths, tmp_path, capsys):
     pair = ["--target", micro_pair_paths.target_path, "--draft", micro_pair_paths.draft_path]
     assert main(["profile", *pair, "--preset", "micro", *out]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def _stale(source: Path, out: Path, factor: float) -> None:
+    """A copy of profile ``source`` whose step times are ``factor`` times its own."""
+    data = json.loads(source.read_text())
+    for key in ("verify_s", "draft_s", "overhead_s"):
+        data[key] = (np.asarray(data[key]) * factor).tolist()
+    out.write_text(json.dumps(data))
+
+
+TINY_GRID = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+
+
+def test_check_times_the_pair_the_profile_names(micro_pair_paths, tmp_path, capsys):
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    mine = tmp_path / "mine.json"
+    pair = ["--target", target, "--draft", draft]
+    assert main(["profile", *pair, *TINY_GRID, "--acceptance-rows", "2", "--out", str(mine)]) == 0
+    # Without --target/--draft the check loads the pair the profile names (not the default
+    # small pair): ten times the measured step times reads stale, and the command it names
+    # re-measures this pair.
+    stale = tmp_path / "stale.json"
+    _stale(mine, stale, 10.0)
+    capsys.readouterr()
+    assert main(["profile", "--check", str(stale)]) == 1
+    printed = capsys.readouterr().out
+    assert "| 1 | 0 |" in printed and "now / profile" in printed
+    assert f"re-measure with `specrl profile --target {target} --draft {draft} --out" in printed
+    # Another pair's weights: refused before any timing, naming the profile's pair.
+    assert main(["profile", "--check", str(mine), "--preset", "small"]) == 2
+    err = capsys.readouterr().err
+    assert f"measured on another target and draft (target {target}, draft {draft};" in err
+    assert "now / profile" not in capsys.readouterr().out
+    # Moved: the pair's directories are gone, so it says to pass --target and --draft.
+    moved = json.loads(mine.read_text())
+    moved["fingerprint"]["target_id"] = str(tmp_path / "gone")
+    (tmp_path / "moved.json").write_text(json.dumps(moved))
+    assert main(["profile", "--check", str(tmp_path / "moved.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"target directory {tmp_path / 'gone'} does not exist" in err
+    assert "where they are elsewhere now, pass --target and --draft" in err
+
+
+def test_check_of_a_preset_profile_loads_that_preset(micro_pair_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRL_HOME", str(Path(micro_pair_paths.target_path).parents[2]))
+    out = tmp_path / "micro.json"
+    grid = [*TINY_GRID, "--acceptance-rows", "2"]
+    assert main(["profile", "--preset", "micro", *grid, "--out", str(out)]) == 0
+    _stale(out, tmp_path / "stale.json", 10.0)
+    # The profile says preset micro; before, the check timed the small pair against it.
+    assert main(["profile", "--check", str(tmp_path / "stale.json")]) == 1

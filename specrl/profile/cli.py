@@ -144,29 +144,79 @@ def _load_pair(args: argparse.Namespace):
     return load_default_pair(_preset(args), device=args.device)
 
 
+def _check_pair(args: argparse.Namespace, profile, source: str):
+    """The pair to time ``profile`` with: ``--preset`` or ``--target``/``--draft`` where
+    given, else the pair the profile names (its preset, or the target and draft as they were
+    given to ``specrl profile``). Returns ``(pair, the command that re-measures it)``."""
+    from specrl.errors import SpecrlError
+    from specrl.models.pair import load_default_pair, load_pair
+
+    out = "--out PROFILE.json"
+    if args.target or args.draft or args.preset:
+        pair = _load_pair(args)
+        if args.target:
+            return pair, f"specrl profile --target {args.target} --draft {args.draft} {out}"
+        return pair, f"specrl profile --preset {args.preset} {out}"
+    preset = profile.meta.get("preset")
+    if preset:
+        return load_default_pair(
+            preset, device=args.device
+        ), f"specrl profile --preset {preset} {out}"
+    fp = profile.fingerprint
+    target, draft = fp.get("target_id"), fp.get("draft_id")
+    if not (target and draft):
+        raise SpecrlError(
+            f"{source} names no default preset and no target/draft; pass the pair it was "
+            "measured on: --target ID_OR_DIR --draft ID_OR_DIR"
+        )
+    try:
+        pair = load_pair(target, draft, device=args.device)
+    except SpecrlError as err:
+        raise SpecrlError(
+            f"{err}. {source} was measured on target {target}, draft {draft}; where they are "
+            "elsewhere now, pass --target and --draft"
+        ) from None
+    prompts = profile.meta.get("prompts", {}).get("file")
+    with_prompts = f" --prompts {prompts}" if prompts else ""
+    return pair, f"specrl profile --target {target} --draft {draft}{with_prompts} {out}"
+
+
 def _check(args: argparse.Namespace) -> int:
+    from specrl.errors import SpecrlError
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
     from specrl.profile.freshness import TOLERANCE, check_freshness
     from specrl.profile.schema import load_profile
 
     profile = load_profile(args.check)
     threads = use_profile_threads(profile, args.threads)
-    pair = _load_pair(args)
-    check_compatible(
-        profile,
-        pair_fingerprint(pair, k_max=profile.k_max, device=args.device),
-        force=True,
-        source=args.check,
-    )
+    pair, remeasure = _check_pair(args, profile, args.check)
+    here = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
+    theirs = profile.fingerprint
+    other = [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
+    if other:
+        # Timing another pair says nothing about this profile.
+        raise SpecrlError(
+            f"{args.check} was measured on another {' and '.join(other)} (target "
+            f"{theirs.get('target_id')}, draft {theirs.get('draft_id')}; loaded here: "
+            f"{here['target_id']}, {here['draft_id']}, whose weights differ); check it with "
+            "the pair it was measured on: --target ID_OR_DIR --draft ID_OR_DIR, or --preset"
+        )
+    if theirs.get("device") != here["device"]:
+        print(
+            f"{args.check} was measured on {theirs.get('device')}; this is {here['device']}: "
+            "the ratios below compare the two machines"
+        )
+    # Same weights; the device is reported above, so only versions and threads may warn.
+    check_compatible(profile, {**here, "device": theirs.get("device")}, source=args.check)
     report = check_freshness(profile, pair, device=args.device, seed=args.seed)
     print(
         f"{args.check} (measured {profile.meta.get('created', '?')} on "
-        f"{profile.fingerprint.get('device')}), timed now with {threads} torch thread(s) in "
+        f"{theirs.get('device')}), timed now with {threads} torch thread(s) in "
         f"{report.seconds:.1f} s:"
     )
     print(report.format())
     if report.fresh:
         print(f"fresh: every cell within {TOLERANCE:.0%} of the profile")
         return 0
-    print(report.message(args.check))
+    print(report.message(args.check, remeasure))
     return 1

@@ -65,14 +65,15 @@ class FreshnessReport:
             )
         return "\n".join(lines)
 
-    def message(self, source: str) -> str:
+    def message(self, source: str, remeasure: str = REMEASURE) -> str:
+        """Why the profile is stale, and ``remeasure``: the command that measures it again."""
         w = self.worst
         return (
             f"{source}: step times here differ from the profile's by up to "
             f"{abs(w.ratio - 1):.0%} (batch {w.batch}, K={w.k}: {w.measured_s * 1e3:.2f} ms now, "
             f"{w.profile_s * 1e3:.2f} ms in the profile; tolerance {TOLERANCE:.0%}). The machine "
             f"is not the one, or not at the speed, it was measured at; re-measure with "
-            f"`{REMEASURE}`"
+            f"`{remeasure}`"
         )
 
 
