@@ -8,8 +8,11 @@ only when the command line is built, so ``import specrl`` stays light.
 from __future__ import annotations
 
 import argparse
-import importlib
+import contextlib
+import importlib.util
+import os
 import sys
+import warnings
 
 from specrl.errors import SpecrlError
 
@@ -38,10 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _plain_warnings():
+    """Show specrl's own warnings as ``specrl: warning: ...`` lines, without the file, line
+    number and source line Python adds; other libraries' warnings keep Python's format."""
+    roots = tuple(
+        os.path.realpath(path) + os.sep
+        for name in ("specrl", "specrl.envs", "specrl.policies")
+        for path in getattr(importlib.util.find_spec(name), "submodule_search_locations", [])
+    )
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and os.path.realpath(filename).startswith(roots):
+            print(f"specrl: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _plain_warnings():
+            return int(args.func(args) or 0)
     except SpecrlError as err:
         print(f"specrl: error: {err}", file=sys.stderr)
         return 2

@@ -211,7 +211,8 @@ def to_vllm(table: KTable, *, acceptance: float) -> dict:
     neighbours merged. With context bins it is vLLM's 5-item form
     ``[bs_lo, bs_hi, ctx_lo, ctx_hi, K]``: a rectangular grid, every batch range with every
     context bin, the last context range ending at :data:`CONTEXT_INFINITY`. Batch sizes above
-    the table's ``max_batch`` take the last range's K in vLLM, as in the controller.
+    the table's ``max_batch`` take the last range's K in vLLM, as in the controller. A
+    table that drafts at no batch size is written as it is, with a warning.
     """
     column = table.acceptance_bin(check_acceptance(acceptance))
     contexts = range(table.n_context)
@@ -227,6 +228,13 @@ def to_vllm(table: KTable, *, acceptance: float) -> dict:
             for lo, hi, ks in ranges
             for (c_lo, c_hi), k in zip(context_ranges, ks)
         ]
+    if all(entry[-1] == 0 for entry in entries):
+        warnings.warn(
+            f"the table drafts nothing at any batch size at acceptance {acceptance}: vLLM would "
+            "load the draft model and never use it; serve without speculative decoding at "
+            "this operating point",
+            stacklevel=2,
+        )
     return {"num_speculative_tokens": table.k_max, "num_speculative_tokens_per_batch_size": entries}
 
 
@@ -241,7 +249,8 @@ def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = Non
     * K rising above it at a larger batch cannot be expressed; it is clamped to it, with a
       warning naming the ranges.
     * K=0 at batch 1 cannot be expressed either (``max_draft_len`` is at least 1): a
-      :class:`SpecrlError` says to serve without speculation or to export for vLLM.
+      :class:`SpecrlError` says to serve without speculation or to export for vLLM (or,
+      where the table drafts at no batch size, to serve without speculation).
     * Trailing ranges with K=0 are left out (above the last key TensorRT-LLM drafts
       nothing); batch sizes above the table's ``max_batch`` also draft nothing there, where
       the controller and vLLM keep the last range's K.
@@ -250,6 +259,12 @@ def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = Non
     context = table.context_bin(context_len)
     ranges = _merge(table, lambda b: table.cell(b, context)[column])
     first = ranges[0][2]
+    if all(k == 0 for *_, k in ranges):
+        raise SpecrlError(
+            f"the table drafts nothing at any batch size at acceptance {acceptance}: serve "
+            "without speculative decoding at this operating point, or export at another "
+            "--acceptance"
+        )
     if first == 0:
         raise SpecrlError(
             f"the table drafts nothing at batch 1 at acceptance {acceptance}; TensorRT-LLM's "

@@ -587,6 +587,30 @@ def test_trtllm_clamps_k_rising_above_batch_1_and_refuses_k0_at_batch_1():
     obj["k"] = [[0, 0, 0], [3, 3, 3], [1, 1, 1]]
     with pytest.raises(SpecrlError, match="drafts nothing at batch 1.*--format vllm"):
         to_trtllm(table_from_json(obj), acceptance=0.5)
+    obj["k"] = [[0, 0, 0]] * 3
+    with pytest.raises(SpecrlError, match="drafts nothing at any batch size at acceptance 0.5"):
+        to_trtllm(table_from_json(obj), acceptance=0.5)
+    with pytest.warns(UserWarning, match="vLLM would load the draft model and never use it"):
+        config = to_vllm(table_from_json(obj), acceptance=0.5)
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 16, 0]]
+
+
+def test_export_cli_prints_the_clamp_as_a_plain_warning(tmp_path, capsys):
+    from specrl.cli import main
+
+    obj = plain_json()
+    obj["k"] = [[2, 2, 2], [3, 3, 3], [1, 1, 1]]
+    native, out = write(tmp_path, obj), tmp_path / "trt.json"
+    args = ["export", "--table", str(native), "--format", "trtllm", "--acceptance", "0.5"]
+    assert main([*args, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    warning = "specrl: warning: TensorRT-LLM cannot draft more than at batch 1 (max_draft_len=2)"
+    assert warning + "; clamped batch 5-8: K=3 to 2\n" in err
+    assert "UserWarning" not in err and "warnings.warn" not in err
+    assert json.loads(out.read_text())["speculative_config"]["draft_len_schedule"] == {
+        "8": 2,
+        "16": 1,
+    }
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "trtllm"])
