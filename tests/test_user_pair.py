@@ -16,6 +16,7 @@ from specrl.device import require_device
 from specrl.errors import SpecrlError
 from specrl.profile import load_profile
 from specrl.workload import load_trace, preset_trace, resolve_prompt
+from specrl.workload.trace import LengthDist
 from specrl.workload.user_prompts import load_prompts, prompts_trace, tokenize_prompts
 
 PROMPTS = [
@@ -105,6 +106,27 @@ def test_prompts_file_defaults_lines_and_groups(tmp_path):
     assert prompts.bands == ("greedy", "chat", "default")
     assert [p.band for p in prompts.prompts] == ["greedy", "chat", "default"]
     assert prompts.record()["count"] == 3 and len(prompts.sha256) == 64
+
+
+def test_file_output_lengths_count_lines_without_one_at_the_presets_lengths(tmp_path):
+    from specrl.workload.user_prompts import file_output_lengths
+
+    given = _jsonl([{"prompt": "a", "max_new_tokens": n} for n in (10, 20, 40)])
+    assert file_output_lengths(load_prompts(_write(tmp_path, given))) == LengthDist(
+        median=20.0, sigma=round(float(np.std(np.log([10, 20, 40]))), 4), lo=10, hi=40
+    )
+    assert file_output_lengths(load_prompts(_write(tmp_path, GOOD * 3))) is None
+    # Lines without one: the presets' lengths at the quantiles 1/6, 1/2 and 5/6.
+    mixed = _write(tmp_path, given + GOOD * 3)
+    drawn = [round(48 * np.exp(0.6 * z)) for z in (-0.967422, 0.0, 0.967422)]
+    assert drawn == [27, 48, 86]
+    lengths = [10, 20, 40, *drawn]
+    assert file_output_lengths(load_prompts(mixed)) == LengthDist(
+        median=float(np.median(lengths)),
+        sigma=round(float(np.std(np.log(lengths))), 4),
+        lo=8,
+        hi=160,
+    )
 
 
 def test_trace_from_prompts_file(micro_pair, tmp_path):
@@ -224,7 +246,16 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, micro_pair, t
     assert profile.meta["prompt_lengths_dist"] == dataclasses.asdict(
         fitted_lengths([len(t) for t in ids])
     )
-    assert profile.meta["output_lengths_dist"] == {"median": 6.0, "sigma": 0.0, "lo": 6, "hi": 6}
+    # One line gives max_new_tokens (6); the other two count at the presets' output lengths
+    # (median 48, sigma 0.6) at their quartiles, 32 and 72 tokens, as a trace of the file
+    # would draw them; the bounds reach the presets' 8-160.
+    sigma = round(float(np.std(np.log([6, 32, 72]))), 4)
+    assert profile.meta["output_lengths_dist"] == {
+        "median": 32.0,
+        "sigma": sigma,
+        "lo": 6,
+        "hi": 160,
+    }
     # The surrogate (and so `specrl train`) runs its presets on the file's domains, bands
     # and lengths.
     from specrl.envs import SurrogateSpecEnv
@@ -234,7 +265,8 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, micro_pair, t
     assert {r.domain for r in env.trace.requests} == {"sql", "user"}
     lo, hi = min(len(t) for t in ids), max(len(t) for t in ids)
     assert all(lo <= r.prompt_len <= hi for r in env.trace.requests)
-    assert {r.max_new_tokens for r in env.trace.requests} == {6}
+    outputs = [r.max_new_tokens for r in env.trace.requests]
+    assert 6 <= min(outputs) and max(outputs) <= 160 and len(set(outputs)) > 3
     done = False
     while not done:
         *_, done, _, _ = env.step(2)

@@ -36,9 +36,10 @@ then cut their rows from the prompts (joined per domain and repeated to reach a 
 length) and take the prompts' sampling settings in turn. The profile's ``meta.prompts`` names
 the file and its domains; ``meta.prompt_counts[domain][band]`` counts the file's prompts per
 group (0: the group ran at the band's setting). ``meta.prompt_lengths_dist`` summarises the
-file's prompt lengths (target tokens) and ``meta.output_lengths_dist`` its ``max_new_tokens``
-where lines give one (:func:`~specrl.workload.user_prompts.fitted_lengths`): the surrogate's
-preset workloads draw their requests' lengths from them.
+file's prompt lengths (target tokens) and ``meta.output_lengths_dist`` its output lengths
+where any line gives ``max_new_tokens`` (lines without one count at the presets' lengths, as
+in a trace of the file: :func:`~specrl.workload.user_prompts.file_output_lengths`): the
+surrogate's preset workloads draw their requests' lengths from them.
 
 Acceptance is strongly per request (a request whose greedy continuation loops accepts about
 0.95 throughout). Each request's level is recorded as the logit offset that makes the group's
@@ -71,7 +72,12 @@ from specrl.workload.trace import (
     SAMPLING_CONFIGS,
     stream_window,
 )
-from specrl.workload.user_prompts import PromptFile, fitted_lengths, tokenize_prompts
+from specrl.workload.user_prompts import (
+    PromptFile,
+    file_output_lengths,
+    fitted_lengths,
+    tokenize_prompts,
+)
 
 OUTPUT_EDGES = (16, 32, 64, 128)
 """Acceptance buckets by tokens generated so far: [0, 16), [16, 32), ..., [128, inf)."""
@@ -688,9 +694,9 @@ def measure_profile(
     if prompts is not None:
         profile.meta["prompts"] = prompts.record()
         profile.meta["prompt_lengths_dist"] = asdict(fitted_lengths([len(t) for t in tokens.ids]))
-        given = [p.max_new_tokens for p in prompts.prompts if p.max_new_tokens]
-        if given:
-            profile.meta["output_lengths_dist"] = asdict(fitted_lengths(given))
+        outputs = file_output_lengths(prompts)
+        if outputs is not None:
+            profile.meta["output_lengths_dist"] = asdict(outputs)
         profile.meta["prompt_counts"] = {
             d: {
                 b: sum(p.domain == d and p.band == b for p in prompts.prompts)

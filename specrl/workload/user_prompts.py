@@ -30,16 +30,19 @@ pass ``streams=tokenize_prompts(prompts, tokenizer).streams`` to ``LiveSpecEnv``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
 from specrl.errors import SpecrlError
 from specrl.workload.trace import (
+    DEFAULT_OUTPUT_LENGTHS,
     SAMPLING_CONFIGS,
     LengthDist,
     Request,
@@ -232,6 +235,30 @@ def fitted_lengths(lengths) -> LengthDist:
         lo=int(x.min()),
         hi=int(x.max()),
     )
+
+
+def file_output_lengths(prompts: PromptFile) -> LengthDist | None:
+    """The output lengths of the file's requests, as :func:`prompts_trace` gives them: each
+    line's ``max_new_tokens``, and for a line without one the preset workloads' output
+    lengths (:data:`~specrl.workload.trace.DEFAULT_OUTPUT_LENGTHS`, at evenly spaced
+    quantiles, so the fit is deterministic), fitted together (:func:`fitted_lengths`), its
+    bounds widened to the presets' where a line gives none. None when no line gives one: the
+    presets' lengths then stand as they are."""
+    given = [p.max_new_tokens for p in prompts.prompts if p.max_new_tokens]
+    if not given:
+        return None
+    missing = len(prompts.prompts) - len(given)
+    d = DEFAULT_OUTPUT_LENGTHS
+    normal = NormalDist()
+    drawn = [
+        min(d.hi, max(d.lo, round(d.median * math.exp(d.sigma * normal.inv_cdf(q)))))
+        for q in ((i + 0.5) / missing for i in range(missing))
+    ]
+    fit = fitted_lengths(given + drawn)
+    if not missing:
+        return fit
+    # A line without max_new_tokens may draw anything the presets draw.
+    return dataclasses.replace(fit, lo=min(fit.lo, d.lo), hi=max(fit.hi, d.hi))
 
 
 def prompts_trace(
