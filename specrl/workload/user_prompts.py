@@ -141,8 +141,9 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
+        spread = " (one JSON value spread over several lines?)" if text.strip() in "{[" else ""
         raise SpecrlError(
-            f"{where}: not a JSON object ({err.msg} at column {err.colno}); {jsonl}"
+            f"{where}: not a JSON object ({err.msg} at column {err.colno}){spread}; {jsonl}"
         ) from None
     except (RecursionError, ValueError) as err:  # nesting too deep, integers too long
         raise SpecrlError(f"{where}: not a JSON object ({err}); {jsonl}") from None
@@ -160,14 +161,17 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
     if not isinstance(prompt, str):
         raise SpecrlError(f'{where}: "prompt" must be a string, got {_kind(prompt)}')
     if not prompt.strip():
-        raise SpecrlError(f'{where}: "prompt" is empty; give the prompt text or drop the line')
+        empty = "empty" if not prompt else "only whitespace"
+        raise SpecrlError(f'{where}: "prompt" is {empty}; give the prompt text or drop the line')
     domain = check_domain_name(obj.get("domain", DEFAULT_DOMAIN), f'{where}: "domain"')
     temperature = _number(obj, "temperature", 0.0, where)
     if temperature < 0:
-        raise SpecrlError(f'{where}: "temperature" must be >= 0 (0 = greedy), got {temperature!r}')
+        raise SpecrlError(
+            f'{where}: "temperature" must be >= 0 (0 = greedy), got {_json(temperature)}'
+        )
     top_p = _number(obj, "top_p", 1.0, where)
     if not 0 < top_p <= 1:
-        raise SpecrlError(f'{where}: "top_p" must be in (0, 1], got {top_p!r}')
+        raise SpecrlError(f'{where}: "top_p" must be in (0, 1], got {_json(top_p)}')
     max_new_tokens = obj.get("max_new_tokens")
     if max_new_tokens is not None and (
         isinstance(max_new_tokens, bool)
@@ -175,7 +179,7 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
         or max_new_tokens < 1
     ):
         raise SpecrlError(
-            f'{where}: "max_new_tokens" must be an integer >= 1, got {max_new_tokens!r}'
+            f'{where}: "max_new_tokens" must be an integer >= 1, got {_json(max_new_tokens)}'
         )
     return UserPrompt(prompt, domain, temperature, top_p, max_new_tokens, line)
 
@@ -183,8 +187,13 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
 def _number(obj: dict, key: str, default: float, where: str) -> float:
     value = obj.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SpecrlError(f'{where}: "{key}" must be a finite number, got {value!r}')
+        raise SpecrlError(f'{where}: "{key}" must be a finite number, got {_json(value)}')
     return float(value)
+
+
+def _json(value) -> str:
+    """``value`` as the file spells it (``true``, ``null``, ``"hot"``, ``NaN``)."""
+    return json.dumps(value)
 
 
 def _kind(value) -> str:
