@@ -159,9 +159,8 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
         return pair, f"specrl profile --preset {args.preset} {out}"
     preset = profile.meta.get("preset")
     if preset:
-        return load_default_pair(
-            preset, device=args.device
-        ), f"specrl profile --preset {preset} {out}"
+        pair = load_default_pair(preset, device=args.device)
+        return pair, f"specrl profile --preset {preset} {out}"
     fp = profile.fingerprint
     target, draft = fp.get("target_id"), fp.get("draft_id")
     if not (target and draft):
