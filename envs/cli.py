@@ -115,7 +115,7 @@ def validate(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import odd_rounds_note
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
     from specrl.models.pair import load_default_pair
-    from specrl.policies.registry import make_policy, parse_policies
+    from specrl.policies.registry import make_policies, parse_policies
     from specrl.profile import load_profile
 
     if args.threads:
@@ -185,7 +185,7 @@ def validate(args: argparse.Namespace) -> int:
     for draws, common, lives in setups:
         trace = draws[0]
         surrogates = [SurrogateSpecEnv(profile=profile, workload=t, **common) for t in draws]
-        policies = [make_policy(spec, env=surrogates[0]) for spec in specs]
+        policies = make_policies(specs, env=surrogates[0])
         bar.set_postfix_str(f"trace {trace.name}")
         checks = []
 

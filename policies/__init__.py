@@ -16,6 +16,7 @@ from specrl.policies.ppo import PPOPolicy
 from specrl.policies.registry import (
     VALID_FORMS,
     default_policies,
+    make_policies,
     make_policy,
     parse_policies,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "PPOPolicy",
     "StatefulKPolicy",
     "default_policies",
+    "make_policies",
     "make_policy",
     "parse_policies",
 ]

@@ -113,6 +113,20 @@ def make_policy(
     return Oracle(env)
 
 
+def make_policies(
+    specs: list[str], *, env, profile: Profile | str | Path | None = None, force: bool = False
+) -> list[KPolicy]:
+    """:func:`make_policy` for each of ``specs``. Policies whose display names collide (two
+    runs are both ``ppo``, two tables both ``lookup:table.json``) are named by their specs
+    instead (``ppo:runs/a``, ``ppo:runs/b``), so a comparison can hold both."""
+    policies = [make_policy(spec, env=env, profile=profile, force=force) for spec in specs]
+    names = [p.name for p in policies]
+    for policy, spec in zip(policies, specs):
+        if names.count(policy.name) > 1:
+            policy.name = spec.strip()
+    return policies
+
+
 def _split(spec: str) -> tuple[str, list[str]]:
     """``(kind, args)`` of a well-formed ``spec``, else a SpecrlError listing the forms."""
     kind, _, rest = spec.strip().partition(":")

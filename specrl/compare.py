@@ -271,7 +271,7 @@ def compare_surrogate(
     """One :func:`compare_policies` report per workload preset, in the surrogate on
     ``profile``, every policy named in ``specs`` (see :func:`specrl.policies.make_policy`)."""
     from specrl.envs import SurrogateSpecEnv
-    from specrl.policies import make_policy
+    from specrl.policies import make_policies
 
     kwargs = {"peak": max_batch} | ({"n_requests": n_requests} if n_requests else {})
     reports = []
@@ -284,7 +284,7 @@ def compare_surrogate(
             max_batch=max_batch,
             max_len=max_len,
         )
-        policies = [make_policy(spec, env=env) for spec in specs]
+        policies = make_policies(specs, env=env)
         reports.append(
             compare_policies(
                 env,
@@ -380,7 +380,7 @@ def make_env(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
-    from specrl.policies import default_policies, make_policy, parse_policies
+    from specrl.policies import default_policies, make_policies, parse_policies
 
     env, profile = make_env(args)
     specs = (
@@ -388,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
         if args.policies
         else default_policies(args.k_max, surrogate=args.env == "surrogate")
     )
-    policies = [make_policy(spec, env=env, profile=profile, force=args.force) for spec in specs]
+    policies = make_policies(specs, env=env, profile=profile, force=args.force)
     if args.env == "live" and (note := odd_rounds_note(args.episodes, "--episodes")):
         print(note)
     report = compare_policies(

@@ -161,6 +161,33 @@ def test_repeated_policy_names_are_refused():
         compare_policies(env, [make_policy("off", env=env)] * 2, progress=False)
 
 
+def test_policies_sharing_a_display_name_are_named_by_their_specs(tmp_path, capsys):
+    from specrl.cli import main
+    from specrl.policies import make_policies
+
+    # Two schedules whose files share a name (both would show as schedule:s).
+    specs = []
+    for where, k in (("a", 1), ("b", 3)):
+        (tmp_path / where).mkdir()
+        path = tmp_path / where / "s.json"
+        path.write_text(json.dumps({"num_speculative_tokens_per_batch_size": [[1, 8, k]]}))
+        specs.append(f"schedule:{path}")
+    env = _env()
+    assert [p.name for p in make_policies(["off", *specs], env=env)] == ["off", *specs]
+    linear_profile().save(tmp_path / "p.json")
+    out = tmp_path / "r.json"
+    argv = ["compare", "--profile", str(tmp_path / "p.json"), "--n-requests", "16"]
+    argv += ["--max-batch", "8", "--episodes", "1", "--json", str(out)]
+    assert main([*argv, "--policies", ",".join(["off", *specs])]) == 0
+    results = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(results) == ["off", *specs]
+    assert results[specs[0]]["k_share"] != results[specs[1]]["k_share"]
+    # The same policy twice is still refused.
+    capsys.readouterr()
+    assert main([*argv, "--policies", "off,off"]) == 2
+    assert "repeat a name: ['off', 'off']" in capsys.readouterr().err
+
+
 class _Recorder:
     """Wraps a policy; logs (name, episode_start) for every first step of an episode."""
 

@@ -28,7 +28,7 @@ from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError
 from specrl.features import STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
-from specrl.policies import make_policy
+from specrl.policies import make_policies, make_policy
 from specrl.policies.ppo import (
     POLICY_OBS_NAMES,
     PPOPolicy,
@@ -551,7 +551,7 @@ class Evaluation:
         if self._baselines is None:
             self._baselines = {}
             for name, env in self.envs.items():
-                policies = [make_policy(spec, env=env) for spec in self._specs]
+                policies = make_policies(self._specs, env=env)
                 self._baselines[name] = [
                     summarize(p.name, [run_episode(env, p, seed=s) for s in self.seeds], self.k_max)
                     for p in policies
