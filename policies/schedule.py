@@ -6,6 +6,7 @@ scored here behaves the same when served, and one the stack would refuse is refu
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -133,6 +134,17 @@ class BatchSchedule(KPolicy):
             table[1:, c] = ks[np.searchsorted(starts, batches, side="right") - 1]
         if cap is not None:
             table = np.minimum(table, cap)
+        limits = [(x, what) for x, what in ((cap, "num_speculative_tokens"), (k_max, "k_max"))]
+        limits = [(x, what) for x, what in limits if x is not None]
+        above = [row for row in rows if limits and row[4] > min(limits)[0]]
+        if above:
+            # vLLM clamps these silently; say so, since the table then means less than it says.
+            limit, what = min(limits)
+            where = ", ".join(f"batch {lo}-{hi}: K={k}" for lo, hi, _, _, k in above)
+            warnings.warn(
+                f"{source}: K above {limit} ({what}) at {where}; clamped to {limit}, as vLLM does",
+                stacklevel=2,
+            )
         return cls(
             table, context_ends, max_batch=max_batch, max_len=max_len, k_max=k_max, name=name
         )

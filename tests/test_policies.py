@@ -92,7 +92,9 @@ def test_vllm_expansion_gaps_tail_and_clamps():
         "num_speculative_tokens": 4,
         "num_speculative_tokens_per_batch_size": [[1, 4, 3], [9, 16, 1], [17, 32, 5]],
     }
-    sched = BatchSchedule.from_vllm(config, max_batch=40)
+    clamp = r"K above 4 \(num_speculative_tokens\) at batch 17-32: K=5; clamped to 4, as vLLM"
+    with pytest.warns(UserWarning, match=clamp):
+        sched = BatchSchedule.from_vllm(config, max_batch=40)
     assert sched.name == "schedule:vllm"
     expected = [0] + [3] * 4 + [3] * 4 + [1] * 8 + [4] * 16 + [4] * 8
     assert sched.table[:, 0].tolist() == expected
@@ -102,9 +104,11 @@ def test_vllm_expansion_gaps_tail_and_clamps():
     shuffled = dict(
         config, num_speculative_tokens_per_batch_size=[[17, 32, 5], [1, 4, 3], [9, 16, 1]]
     )
-    assert (BatchSchedule.from_vllm(shuffled, max_batch=40).table == sched.table).all()
+    with pytest.warns(UserWarning, match=clamp):
+        assert (BatchSchedule.from_vllm(shuffled, max_batch=40).table == sched.table).all()
     # Without num_speculative_tokens nothing clamps but k_max.
-    bare = BatchSchedule.from_vllm([[1, 4, 3], [5, 8, 7]], max_batch=8, k_max=6)
+    with pytest.warns(UserWarning, match=r"K above 6 \(k_max\) at batch 5-8: K=7; clamped to 6"):
+        bare = BatchSchedule.from_vllm([[1, 4, 3], [5, 8, 7]], max_batch=8, k_max=6)
     assert bare.table[1:, 0].tolist() == [3] * 4 + [6] * 4
 
 
