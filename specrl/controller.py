@@ -7,7 +7,7 @@ and a call allocates nothing. No pickle: the table is JSON.
 
 Use::
 
-    controller = LookupController.load("TABLE.json", profile=load_profile("PROFILE.json"))
+    controller = LookupController.load("TABLE.json", profile="PROFILE.json")
     while serving:
         k = controller.choose_k(batch_size, context_len=longest_row)
         drafted, accepted = engine.step(k)            # over the whole batch
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.features import STALE_STEPS, AcceptanceTracker
+from specrl.files import read_json
 from specrl.table import KTable, load_table
 
 HARD_FINGERPRINT_KEYS = ("device", "target_sha256", "draft_sha256")
@@ -54,8 +55,9 @@ class LookupController:
     takes the same arguments, and ignored: the table does not index step time.
 
     :param table: the table to serve.
-    :param profile: the serving machine's profile (a ``specrl.profile.Profile``) or its
-        fingerprint dict. A table whose provenance fingerprint names another device or model
+    :param profile: the serving machine's profile: a ``specrl.profile.Profile``, its
+        fingerprint dict, or the path of its JSON file (only its ``fingerprint`` is read,
+        without loading torch). A table whose provenance fingerprint names another device or model
         pair (:data:`HARD_FINGERPRINT_KEYS`) is refused. None: no check.
     :param force: use such a table anyway, with a warning.
     :param source: names the table in messages.
@@ -118,13 +120,25 @@ class LookupController:
         ``accepted`` were accepted (0 and 0 for a step with K=0). ``k``: the K the step ran
         with; None means the K that :meth:`choose_k` returned last. The estimate is the
         per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`)."""
+        if not 0 <= accepted <= drafted:
+            raise SpecrlError(
+                f"observe: accepted={accepted!r} and drafted={drafted!r}; pass the step's draft "
+                "tokens over the whole batch and how many of them were accepted (0 <= "
+                "accepted <= drafted)"
+            )
         self.tracker.observe(drafted, accepted, self._last_k if k is None else k)
 
     def choose_k(self, batch_size: int, step_time_s=None, context_len=None) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
-        if batch_size <= 0:
-            return 0
-        cells = self._cells[batch_size if batch_size <= self._max_batch else self._max_batch]
+        try:
+            if batch_size <= 0:
+                return 0
+            cells = self._cells[batch_size if batch_size <= self._max_batch else self._max_batch]
+        except TypeError:  # free when nothing is raised: the per-step path stays as fast
+            raise SpecrlError(
+                f"choose_k: batch_size must be an integer (rows in the next step), got "
+                f"{batch_size!r}"
+            ) from None
         if self._context_starts is not None:
             if context_len is None or context_len < 1:
                 cells = cells[0]
@@ -144,12 +158,19 @@ class LookupController:
 
 def check_provenance(table: KTable, profile, *, force: bool = False, source: str = "") -> None:
     """Refuse ``table`` unless its provenance fingerprint names the same device and model
-    pair as ``profile`` (a ``specrl.profile.Profile`` or its fingerprint dict); with
-    ``force=True`` warn instead."""
+    pair as ``profile`` (a ``specrl.profile.Profile``, its fingerprint dict or its file's
+    path); with ``force=True`` warn instead."""
+    if isinstance(profile, (str, Path)):
+        remake = "measure one with `specrl profile --out PROFILE.json`"
+        obj = read_json(profile, "profile", remake)
+        if not isinstance(obj, dict) or not isinstance(obj.get("fingerprint"), dict):
+            raise SpecrlError(f"profile file {profile} has no 'fingerprint' object; {remake}")
+        profile = obj["fingerprint"]
     ours = getattr(profile, "fingerprint", profile)
     if not isinstance(ours, dict):
         raise SpecrlError(
-            f"profile must be a specrl Profile or its fingerprint dict, got {type(profile)}"
+            "profile must be a specrl Profile, its fingerprint dict or its file's path, got "
+            f"{type(profile).__name__}"
         )
     theirs = table.provenance["profile_fingerprint"]
     differ = [key for key in HARD_FINGERPRINT_KEYS if theirs.get(key) != ours.get(key)]
@@ -158,9 +179,8 @@ def check_provenance(table: KTable, profile, *, force: bool = False, source: str
     detail = "; ".join(f"{k}: {theirs.get(k)!r} vs here {ours.get(k)!r}" for k in differ)
     message = (
         f"{source or 'K table'} was trained for other hardware or another model pair "
-        f"({detail}); train and export a table on a profile of this machine, or force it "
-        "(force=True) to use it anyway"
+        f"({detail}); train and export a table on a profile of this machine"
     )
     if not force:
-        raise SpecrlError(message)
-    warnings.warn(message, stacklevel=3)
+        raise SpecrlError(f"{message}, or force it (--force, force=True) to use it anyway")
+    warnings.warn(f"{message}; using it anyway (forced)", stacklevel=3)

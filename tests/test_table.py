@@ -456,8 +456,34 @@ def test_provenance_refuses_other_hardware_or_pair_unless_forced(tmp_path):
         with pytest.warns(UserWarning, match=key):
             controller = LookupController.load(path, profile=other, force=True)
         assert controller.choose_k(1) == 1
-    with pytest.raises(SpecrlError, match="Profile or its fingerprint"):
+    with pytest.raises(SpecrlError, match="Profile, its fingerprint dict or its file's path, got"):
+        LookupController.load(path, profile=5)
+    with pytest.raises(SpecrlError, match="profile file cpu not found; measure one"):
         LookupController.load(path, profile="cpu")
+    # A profile file's path: only its fingerprint is read.
+    (tmp_path / "p.json").write_text(json.dumps({"fingerprint": FINGERPRINT}))
+    assert LookupController.load(path, profile=tmp_path / "p.json").choose_k(1) == 1
+    (tmp_path / "q.json").write_text(json.dumps({"fingerprint": dict(FINGERPRINT, device="x")}))
+    with pytest.raises(SpecrlError, match=r"another model pair.*or force it \(--force, force="):
+        LookupController.load(path, profile=str(tmp_path / "q.json"))
+    with pytest.warns(UserWarning, match=r"device.*using it anyway \(forced\)$"):
+        LookupController.load(path, profile=str(tmp_path / "q.json"), force=True)
+    (tmp_path / "r.json").write_text("[]")
+    with pytest.raises(SpecrlError, match="r.json has no 'fingerprint' object"):
+        LookupController.load(path, profile=tmp_path / "r.json")
+
+
+def test_controller_refuses_impossible_steps_and_batch_sizes(tmp_path):
+    controller = LookupController.load(write(tmp_path, plain_json()))
+    for drafted, accepted in ((5, 9), (4, -1), (-2, -3)):
+        with pytest.raises(SpecrlError, match=f"accepted={accepted} and drafted={drafted}"):
+            controller.observe(drafted, accepted)
+    for batch in (2.5, "8", None):
+        with pytest.raises(SpecrlError, match="batch_size must be an integer.*got"):
+            controller.choose_k(batch)
+    import numpy as np  # a serving stack may pass numpy integers
+
+    assert controller.choose_k(np.int64(3)) == controller.choose_k(3)
 
 
 def test_hard_keys_are_the_profiles():
