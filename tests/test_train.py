@@ -518,6 +518,36 @@ def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
         assert snapshot(run_dir) == before
 
 
+def test_cli_says_where_a_run_starts_and_how_to_resume_a_stopped_one(
+    tmp_path, profile_path, finished_run, capsys, monkeypatch
+):
+    import specrl.train.run
+    from specrl.cli import main
+
+    def stopped(config, **_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(specrl.train.run, "train", stopped)
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    assert main(["train", "--resume", str(run_dir), "--timesteps", "2048"]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == (
+        f"resuming {run_dir} from its checkpoint at step 512, to 2,048 steps; a checkpoint "
+        f"every {tiny(run_dir, profile_path).checkpoint_every:,} steps\n"
+    )
+    assert captured.err == (
+        f"specrl train: stopped; its last checkpoint is at step 512: `specrl train --resume "
+        f"{run_dir}` continues from there\nspecrl: interrupted\n"
+    )
+    fresh = tmp_path / "fresh"
+    argv = ["train", "--out", str(fresh), "--profile", str(profile_path), "--timesteps", "3000"]
+    assert main(argv) == 130
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"training {fresh} on the surrogate env, to 3,000 steps;")
+    assert "stopped before its first checkpoint: nothing to resume; delete" in captured.err
+
+
 def test_resume_refuses_a_changed_config(tmp_path, profile_path, finished_run):
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -98,13 +99,45 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrl.train.run import train
+    from specrl.train.run import latest_checkpoint, train
 
     config, resume = config_from_args(args)
-    result = train(config, resume=resume, progress=not args.no_progress)
+    if resume:
+        at = latest_checkpoint(config.out).num_timesteps
+        print(f"resuming {config.out} from its checkpoint at step {at:,}", end="")
+    else:
+        print(f"training {config.out} on the {config.env} env", end="")
+    print(
+        f", to {config.total_timesteps:,} steps; a checkpoint every "
+        f"{config.checkpoint_every:,} steps",
+        flush=True,
+    )
+    try:
+        result = train(config, resume=resume, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"specrl train: {interrupted_note(config.out)}", file=sys.stderr)
+        raise
     print(format_summary(result.summary))
     print(f"wrote {result.run_dir}/model.zip and {result.run_dir}/summary.json")
     return 0
+
+
+def interrupted_note(run_dir) -> str:
+    """What a stopped run left behind, and how to go on."""
+    from specrl.errors import SpecrlError
+    from specrl.train.run import latest_checkpoint
+
+    try:
+        at = latest_checkpoint(run_dir).num_timesteps
+    except SpecrlError:
+        return (
+            f"stopped before its first checkpoint: nothing to resume; delete {run_dir} and "
+            "start again"
+        )
+    return (
+        f"stopped; its last checkpoint is at step {at:,}: `specrl train --resume {run_dir}` "
+        "continues from there"
+    )
 
 
 def format_summary(summary: dict) -> str:

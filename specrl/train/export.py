@@ -165,8 +165,9 @@ def finished_run(run_dir: Path, k_max: int | None = None):
     if k_max is not None and k_max != config.k_max:
         raise SpecrlError(
             f"{run_dir} was trained with k_max={config.k_max}, not {k_max}: its actions are "
-            f"Ks 0..{config.k_max}; export with --k-max {config.k_max} or train a run with "
-            f"--k-max {k_max}"
+            f"Ks 0..{config.k_max}; export with --k-max {config.k_max} (or leave it out), or "
+            f"train a run with k_max={k_max} (`python experiments/train_ppo.py --k-max {k_max}` "
+            f"on a profile measured with --k-max {k_max} or more)"
         )
     try:
         summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
