@@ -63,8 +63,8 @@ def resolve_workload(workload, *, peak: int, workload_kwargs: dict | None) -> Tr
         if str(workload).endswith(".json") or Path(workload).exists():
             return load_trace(workload)
     raise SpecrlError(
-        f"workload {workload!r} is neither a Trace, a trace file (.json), nor a preset "
-        f"({', '.join(PRESETS)})"
+        f"workload {workload!r} is neither a preset ({', '.join(PRESETS)}, or steady-N for "
+        "any N) nor a trace file (.json, from `specrl workload`)"
     )
 
 

@@ -28,7 +28,8 @@ class Oracle(KPolicy):
         if not isinstance(base, SurrogateSpecEnv):
             raise SpecrlError(
                 "the oracle reads the surrogate's true per-request acceptance; it cannot run "
-                f"in the live env (got {type(env).__name__}); use it with SurrogateSpecEnv"
+                f"in the live env (got {type(env).__name__}); use it with SurrogateSpecEnv "
+                "(`--env surrogate`)"
             )
         self.env = base
         self.name = "oracle"

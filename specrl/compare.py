@@ -382,6 +382,12 @@ def run(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
 
+    if args.env == "live" and args.policies and "oracle" in parse_policies(args.policies):
+        # Before the live env's freshness timing: the oracle could never run there.
+        raise SpecrlError(
+            "the oracle reads the surrogate's true per-request acceptance; it cannot run in "
+            "the live env: drop it from --policies, or compare with --env surrogate"
+        )
     env, profile = make_env(args)
     specs = (
         parse_policies(args.policies)

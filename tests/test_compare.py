@@ -188,6 +188,24 @@ def test_policies_sharing_a_display_name_are_named_by_their_specs(tmp_path, caps
     assert "repeat a name: ['off', 'off']" in capsys.readouterr().err
 
 
+def test_live_compare_refuses_the_oracle_before_building_the_env(capsys, monkeypatch):
+    import specrl.compare
+    from specrl.cli import main
+
+    def no_env(args):
+        raise AssertionError("the live env was built (and its profile timed)")
+
+    monkeypatch.setattr(specrl.compare, "make_env", no_env)
+    assert main(["compare", "--env", "live", "--policies", "off,oracle"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run in the live env: drop it from --policies, or compare with --env" in err
+
+
+def test_an_unknown_workload_names_the_presets_and_trace_files():
+    with pytest.raises(SpecrlError, match=r"'busy' is neither a preset \(mixed, .*steady-N for"):
+        _env(workload="busy")
+
+
 class _Recorder:
     """Wraps a policy; logs (name, episode_start) for every first step of an episode."""
 

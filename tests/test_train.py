@@ -516,6 +516,16 @@ def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
         with pytest.raises(SpecrlError, match=f"{latest}.*{words}|{words}.*{latest}"):
             train(config, resume=True, progress=False)
         assert snapshot(run_dir) == before
+        # The fix depends on what is left: an earlier checkpoint, or none.
+        earlier = sorted(latest.parent.glob("step-*"))[:-1]
+        with pytest.raises(SpecrlError) as err:
+            train(config, resume=True, progress=False)
+        if earlier:
+            assert f"delete {latest} to resume from the checkpoint before it" in str(err.value)
+        for path in earlier:
+            shutil.rmtree(path)
+        with pytest.raises(SpecrlError, match="only checkpoint: delete .* and start again"):
+            train(config, resume=True, progress=False)
 
 
 def test_cli_says_where_a_run_starts_and_how_to_resume_a_stopped_one(

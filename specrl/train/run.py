@@ -727,7 +727,7 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
             f"(delete {run_dir} and start again)"
         )
     path = found[-1]
-    remedy = f"delete {path} to resume from the checkpoint before it"
+    remedy = _corrupt_remedy(path)
     obj = read_json(path / "state.json", "checkpoint state", remedy)
     check_header(
         obj,
@@ -757,6 +757,14 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
     return Checkpoint(path=path, num_timesteps=steps, config=config, state=obj)
 
 
+def _corrupt_remedy(path: Path) -> str:
+    """The fix for an unreadable newest checkpoint ``path``: fall back to the one before it,
+    or, where it is the run's only one, start again."""
+    if len(list(path.parent.glob("step-*"))) > 1:
+        return f"delete {path} to resume from the checkpoint before it"
+    return f"it is the run's only checkpoint: delete {path.parent.parent} and start again"
+
+
 def _load_model(checkpoint: Checkpoint, vec_env):
     from stable_baselines3 import PPO
 
@@ -765,7 +773,7 @@ def _load_model(checkpoint: Checkpoint, vec_env):
     except Exception as err:  # SB3 raises whatever zipfile, torch or pickle raise
         raise SpecrlError(
             f"checkpoint {checkpoint.path}: {MODEL_FILE} is not a readable SB3 model ({err}); "
-            f"delete {checkpoint.path} to resume from the checkpoint before it"
+            f"{_corrupt_remedy(checkpoint.path)}"
         ) from None
 
 

@@ -459,7 +459,10 @@ def preset_trace(
     uniformly from the file's and sampling from the default mix; ``mixed`` then keeps its
     load but not its shift of domains and sampling over the day."""
     if not is_preset(preset):
-        raise SpecrlError(f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        raise SpecrlError(
+            f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}, or "
+            "steady-N for any N"
+        )
     if preset.startswith("steady-"):
         batch = min(int(preset.split("-", 1)[1]), peak)
         n = n_requests or 4 * batch
