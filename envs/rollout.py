@@ -109,7 +109,7 @@ def odd_rounds_note(rounds: int, flag: str) -> str | None:
     if rounds % 2 == 0:
         return None
     return (
-        f"note: {rounds} rounds of live episodes: with an odd number the policies' mean places "
-        f"in the play order differ, and a drift in this machine's speed favours the first; use "
-        f"an even {flag}"
+        f"note: {rounds} round{'s' * (rounds != 1)} of live episodes: with an odd number the "
+        "policies' mean places in the play order differ, and a drift in this machine's speed "
+        f"favours the first; use an even {flag}"
     )

@@ -402,10 +402,16 @@ def check_acceptance_edges(edges, where: str) -> None:
     _list_field(edges, where)
     if len(edges) < 2 or not all(_is_number(e) for e in edges):
         raise SpecrlError(f"{where}: expected at least two finite numbers, got {edges!r}")
-    if edges[0] != 0 or edges[-1] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+    if edges[0] != 0:
+        wrong = f"it starts at {edges[0]!r}"
+    elif edges[-1] != 1:
+        wrong = f"it ends at {edges[-1]!r}"
+    else:
+        bad = [i for i in range(1, len(edges)) if edges[i] <= edges[i - 1]]
+        wrong = f"[{bad[0]}] = {edges[bad[0]]!r} follows {edges[bad[0] - 1]!r}" if bad else None
+    if wrong is not None:
         raise SpecrlError(
-            f"{where}: expected strictly increasing edges from 0 to 1 (like [0, 0.5, 1]), "
-            f"got {edges!r}"
+            f"{where}: expected strictly increasing edges from 0 to 1 (like [0, 0.5, 1]); {wrong}"
         )
 
 
