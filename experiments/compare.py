@@ -76,18 +76,18 @@ def run(args: Args) -> Path:
         max_batch=args.max_batch,
         n_requests=args.n_requests or None,
     )
-    plots = {}
     for report in reports:
         stem = out / f"compare-{report.workload}"
         Path(f"{stem}.json").write_text(json.dumps(report.to_json(), indent=1) + "\n")
         report.write_csv(f"{stem}.csv")
-        plots[f"buckets-{report.workload}"] = plot_buckets(report, f"{stem}-buckets.png")
+        plot_buckets(report, f"{stem}-buckets.png")  # also with --wandb disabled
         print(
             f"\nsurrogate, workload {report.workload}, {args.episodes} episode(s) from seed "
             f"{args.seed}"
         )
         print(report.format())
-    log_comparison(reports, group=args.exp_name, out_dir=out, mode=args.wandb, plots=plots)
+    # Each summary run holds its report's bucket plot already (written to out/plots/).
+    log_comparison(reports, group=args.exp_name, out_dir=out, mode=args.wandb)
     print(f"\nwrote {out}/")
     return out
 
