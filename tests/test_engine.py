@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from engine_helpers import (
@@ -300,6 +301,11 @@ def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, promp
         (lambda: engine.add([1, 2], max_new_tokens=5, top_p=0.0), "top_p"),
         (lambda: engine.step(K_MAX + 1), "k_max"),
         (lambda: engine.step(-1), "k must be"),
+        (lambda: engine.step(2.0), "k must be an integer"),
+        (
+            lambda: SpecEngine(target, None, max_batch=1, max_len=10**6, k_max=0),
+            r"max_len=1000000 exceeds the target's max_position_embeddings \(\d+\); lower",
+        ),
         (
             lambda: SpecEngine(target, None, max_batch=1, max_len=8, k_max=0, runner="fast"),
             "runner must be one of",
@@ -312,7 +318,7 @@ def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, promp
     engine.add(prompts[2], max_new_tokens=20)
     with pytest.raises(InvalidRequestError, match="queue is full"):
         engine.add(prompts[3], max_new_tokens=20)
-    finished, _ = run_to_completion(engine, lambda s: 2)
+    finished, _ = run_to_completion(engine, lambda s: np.int64(2))  # a policy's numpy action
     assert len(finished) == 3
     assert finished[kept].token_ids == expected[0][:20]
 

@@ -161,6 +161,30 @@ def test_unknown_preset_names_the_choices():
         preset_trace("busy")
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_requests": 0}, r"n_requests must be an integer >= 1 \(None: the preset's default\)"),
+        ({"n_requests": "8"}, r"n_requests must be an integer >= 1.*got '8'"),
+        ({"peak": 0}, r"peak must be an integer >= 1, got 0"),
+        ({"peak": 2.5}, r"peak must be an integer >= 1, got 2.5"),
+        ({"n_request": 5}, r"unknown argument\(s\) 'n_request'; valid: n_requests, peak, domains"),
+    ],
+)
+def test_preset_arguments_are_checked_naming_the_argument(kwargs, message):
+    with pytest.raises(SpecrlError, match=message):
+        preset_trace("ramp", **kwargs)
+
+
+def test_an_open_loop_load_needs_a_rate():
+    from specrl.workload.trace import make_trace
+
+    for load in ({"kind": "open"}, {"kind": "open", "rate_per_s": 0}):
+        with pytest.raises(SpecrlError, match="open-loop load needs 'rate_per_s', a number > 0"):
+            make_trace(name="x", seed=0, n_requests=3, load=load)
+    assert len(preset_trace("poisson", n_requests=5, rate_per_s=2.0).requests) == 5
+
+
 def test_cli_writes_a_replayable_trace(tmp_path):
     from specrl.cli import main
 

@@ -22,6 +22,7 @@ With K = 0 the draft does not run at all and its ``draft_len`` falls behind.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -120,6 +121,13 @@ class SpecEngine:
                 raise InvalidRequestError(
                     f"{name} uses attention '{impl}'; SpecEngine passes per-row 4D masks, "
                     "load the model with attn_implementation='sdpa' or 'eager'"
+                )
+        for name, model in (("target", self.target), ("draft", self.draft)):
+            positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+            if isinstance(positions, int) and max_len > positions:
+                raise InvalidRequestError(
+                    f"max_len={max_len} exceeds the {name}'s max_position_embeddings "
+                    f"({positions}); lower max_len"
                 )
         if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
             raise InvalidRequestError(
@@ -242,8 +250,9 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, k: int) -> StepStats:
         """Run one engine step for the whole running batch with ``k`` draft tokens per row."""
-        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.k_max:
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or not 0 <= k <= self.k_max:
             raise InvalidRequestError(f"k must be an integer in 0..{self.k_max} (k_max), got {k!r}")
+        k = int(k)  # numpy integers (a policy's action) are welcome
         if k > 0 and self.draft is None:
             raise InvalidRequestError(
                 "k > 0 needs a draft model; this engine was built without one"

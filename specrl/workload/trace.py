@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -349,7 +350,13 @@ def make_trace(
     samp = _draw(rng, sampling or DEFAULT_SAMPLING, configs, n_requests, "sampling")
     arrivals: list[float | None] = [None] * n_requests
     if load.get("kind") == "open":
-        gaps = rng.exponential(1.0 / float(load["rate_per_s"]), size=n_requests)
+        rate = load.get("rate_per_s")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise SpecrlError(
+                f"trace {name!r}: an open-loop load needs 'rate_per_s', a number > 0 (requests "
+                f"per second), got {rate!r}"
+            )
+        gaps = rng.exponential(1.0 / float(rate), size=n_requests)
         arrivals = [round(float(t), 6) for t in np.cumsum(gaps)]
     requests = [
         Request(
@@ -450,6 +457,15 @@ def is_preset(name: str) -> bool:
     return name in PRESETS or (steady_n and int(name[len("steady-") :]) >= 1)
 
 
+def _count(value) -> bool:
+    """An integer >= 1 (numpy's included, bool not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+TRACE_KWARGS = ("domains", "sampling", "prompt_lengths", "output_lengths", "stream_len", "prompts")
+"""The keyword arguments :func:`preset_trace` passes on to :func:`make_trace`."""
+
+
 def preset_trace(
     preset: str, seed: int = 0, n_requests: int | None = None, peak: int = 64, **kwargs
 ) -> Trace:
@@ -462,6 +478,19 @@ def preset_trace(
         raise SpecrlError(
             f"unknown workload preset {preset!r}; choose one of {', '.join(PRESETS)}, or "
             "steady-N for any N"
+        )
+    if n_requests is not None and not _count(n_requests):
+        raise SpecrlError(
+            f"workload {preset!r}: n_requests must be an integer >= 1 (None: the preset's "
+            f"default), got {n_requests!r}"
+        )
+    if not _count(peak):
+        raise SpecrlError(f"workload {preset!r}: peak must be an integer >= 1, got {peak!r}")
+    unknown = sorted(set(kwargs) - set(TRACE_KWARGS) - {"rate_per_s"})
+    if unknown:
+        raise SpecrlError(
+            f"workload {preset!r}: unknown argument(s) {', '.join(map(repr, unknown))}; "
+            f"valid: n_requests, peak, {', '.join(TRACE_KWARGS)} and, for poisson, rate_per_s"
         )
     if preset.startswith("steady-"):
         batch = min(int(preset.split("-", 1)[1]), peak)
