@@ -156,6 +156,17 @@ def test_missing_or_non_json_trace_file(tmp_path):
         load_trace(_write(tmp_path, {"format": "other"}))
 
 
+def test_unknown_keys_in_a_trace_file_are_refused(tmp_path):
+    obj = preset_trace("ramp", n_requests=4).to_json()
+    obj["requests"][2]["temprature"] = 0.7
+    with pytest.raises(SpecrlError, match=r"requests\[2\]: unknown key 'temprature'; the keys"):
+        load_trace(_write(tmp_path, obj))
+    obj = preset_trace("ramp", n_requests=4).to_json()
+    obj["comment"] = "x"
+    with pytest.raises(SpecrlError, match="unknown key 'comment'; the keys are format, version"):
+        load_trace(_write(tmp_path, obj))
+
+
 def test_unknown_preset_names_the_choices():
     with pytest.raises(SpecrlError, match="unknown workload preset 'busy'.*ramp"):
         preset_trace("busy")

@@ -43,7 +43,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -546,6 +546,33 @@ def _length_dist(obj, where: str) -> LengthDist:
         raise SpecrlError(f"{where}: {err}") from None
 
 
+TRACE_KEYS = (
+    "format",
+    "version",
+    "name",
+    "seed",
+    "domains",
+    "sampling",
+    "load",
+    "prompt_lengths",
+    "output_lengths",
+    "requests",
+    "prompts",
+)
+REQUEST_KEYS = tuple(f.name for f in fields(Request))
+
+
+def _known_keys(obj: Mapping, keys: Sequence[str], where: str) -> None:
+    """Refuse a key outside ``keys``: a misspelt ``temprature`` would otherwise be ignored and
+    the request run greedy."""
+    unknown = [k for k in obj if k not in keys]
+    if unknown:
+        raise SpecrlError(
+            f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(keys)} (fix its "
+            "spelling or remove it)"
+        )
+
+
 def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     """Validate a decoded trace; ``source`` (usually the file) prefixes every error."""
     check_header(
@@ -556,6 +583,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         what="specrl trace",
         remake=f"regenerate it with `specrl workload --preset NAME --out {source}`",
     )
+    _known_keys(obj, TRACE_KEYS, source)
     name = _field(obj, "name", str, source)
     seed = _field(obj, "seed", int, source)
     prompts = obj.get("prompts")
@@ -610,6 +638,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     for i, r in enumerate(raw):
         where = f"{source}.requests[{i}]"
         domain = _field(r, "domain", str, where)
+        _known_keys(r, REQUEST_KEYS, where)
         if domain not in known:
             raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {known}")
         offset = _field(r, "offset", int, where)
