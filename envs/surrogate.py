@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.envs.base import Served, SpecEnvBase
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
@@ -154,6 +154,7 @@ class SurrogateSpecEnv(SpecEnvBase):
                 f"the default profile was measured on {prof.fingerprint.get('device')!r}, "
                 f"this machine is {here!r}; simulated times will not match it. Measure your "
                 "own with `specrl profile --out PROFILE.json` and pass profile=PROFILE.json",
+                category=SpecrlWarning,
                 stacklevel=3,
             )
         return prof

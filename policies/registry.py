@@ -102,8 +102,8 @@ def make_policy(
         if own is None and profile is None:
             raise SpecrlError(
                 f"policy {spec!r} predicts step times from a hardware profile and this env "
-                "keeps none; pass profile= (the live env's own: specrl.envs.default_profile_path()"
-                ", or one from `specrl profile --out PROFILE.json`)"
+                "keeps none; pass profile= (the one the live env was built with: by default "
+                "specrl.envs.default_profile_path())"
             )
         return Goodput(
             own if own is not None else profile,

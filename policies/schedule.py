@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.files import read_json
 from specrl.policies.base import CONTEXT, KPolicy, check_int, rows_in_batch
 
@@ -134,17 +134,29 @@ class BatchSchedule(KPolicy):
             table[1:, c] = ks[np.searchsorted(starts, batches, side="right") - 1]
         if cap is not None:
             table = np.minimum(table, cap)
-        limits = [(x, what) for x, what in ((cap, "num_speculative_tokens"), (k_max, "k_max"))]
-        limits = [(x, what) for x, what in limits if x is not None]
-        above = [row for row in rows if limits and row[4] > min(limits)[0]]
-        if above:
+        limits = [
+            (x, w) for x, w in ((cap, "num_speculative_tokens"), (k_max, "k_max")) if x is not None
+        ]
+        if limits:
             # vLLM clamps these silently; say so, since the table then means less than it says.
-            limit, what = min(limits)
-            where = ", ".join(f"batch {lo}-{hi}: K={k}" for lo, hi, _, _, k in above)
-            warnings.warn(
-                f"{source}: K above {limit} ({what}) at {where}; clamped to {limit}, as vLLM does",
-                stacklevel=2,
+            limit, what = min(limits, key=lambda lw: lw[0])  # a tie names vLLM's own
+            contexts = len(context_ranges) > 1
+            where = ", ".join(
+                f"batch {lo}-{hi}" + (f", context {c_lo}-{c_hi}" if contexts else "") + f": K={k}"
+                for lo, hi, c_lo, c_hi, k in rows
+                if k > limit and lo <= max_batch  # ranges above max_batch are never read
             )
+            how = (
+                ", as vLLM does"
+                if what == "num_speculative_tokens"
+                else ": the engine drafts no more"
+            )
+            if where:
+                warnings.warn(
+                    f"{source}: K above {limit} ({what}) at {where}; clamped to {limit}{how}",
+                    category=SpecrlWarning,
+                    stacklevel=2,
+                )
         return cls(
             table, context_ends, max_batch=max_batch, max_len=max_len, k_max=k_max, name=name
         )

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import os
+import importlib
 import sys
 import warnings
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 
 COMMAND_MODULES = [
     "specrl.models.cli",
@@ -43,17 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 @contextlib.contextmanager
 def _plain_warnings():
-    """Show specrl's own warnings as ``specrl: warning: ...`` lines, without the file, line
-    number and source line Python adds; other libraries' warnings keep Python's format."""
-    roots = tuple(
-        os.path.realpath(path) + os.sep
-        for name in ("specrl", "specrl.envs", "specrl.policies")
-        for path in getattr(importlib.util.find_spec(name), "submodule_search_locations", [])
-    )
+    """Show specrl's own warnings (:class:`~specrl.errors.SpecrlWarning`) as ``specrl:
+    warning: ...`` lines, without the file, line number and source line Python adds; other
+    libraries' warnings keep Python's format."""
     shown = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UserWarning) and os.path.realpath(filename).startswith(roots):
+        if issubclass(category, SpecrlWarning):
             print(f"specrl: warning: {message}", file=sys.stderr if file is None else file)
         else:
             shown(message, category, filename, lineno, file, line)

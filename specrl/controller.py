@@ -16,11 +16,12 @@ Use::
 
 from __future__ import annotations
 
+import operator
 import warnings
 from bisect import bisect_right
 from pathlib import Path
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import STALE_STEPS, AcceptanceTracker
 from specrl.files import read_json
 from specrl.table import KTable, load_table
@@ -120,7 +121,11 @@ class LookupController:
         ``accepted`` were accepted (0 and 0 for a step with K=0). ``k``: the K the step ran
         with; None means the K that :meth:`choose_k` returned last. The estimate is the
         per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`)."""
-        if not 0 <= accepted <= drafted:
+        try:
+            ok = 0 <= accepted <= drafted
+        except TypeError:
+            ok = False
+        if not ok:
             raise SpecrlError(
                 f"observe: accepted={accepted!r} and drafted={drafted!r}; pass the step's draft "
                 "tokens over the whole batch and how many of them were accepted (0 <= "
@@ -133,7 +138,10 @@ class LookupController:
         try:
             if batch_size <= 0:
                 return 0
-            cells = self._cells[batch_size if batch_size <= self._max_batch else self._max_batch]
+            if batch_size <= self._max_batch:
+                cells = self._cells[batch_size]
+            else:  # index() refuses 1000.5, nan and inf, which compare above max_batch too
+                cells = self._cells[operator.index(batch_size) and self._max_batch]
         except TypeError:  # free when nothing is raised: the per-step path stays as fast
             raise SpecrlError(
                 f"choose_k: batch_size must be an integer (rows in the next step), got "
@@ -183,4 +191,4 @@ def check_provenance(table: KTable, profile, *, force: bool = False, source: str
     )
     if not force:
         raise SpecrlError(f"{message}, or force it (--force, force=True) to use it anyway")
-    warnings.warn(f"{message}; using it anyway (forced)", stacklevel=3)
+    warnings.warn(f"{message}; using it anyway (forced)", category=SpecrlWarning, stacklevel=3)

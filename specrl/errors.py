@@ -7,3 +7,7 @@ class SpecrlError(Exception):
 
 class InvalidRequestError(SpecrlError, ValueError):
     """An argument to the engine is out of range; the engine state is left unchanged."""
+
+
+class SpecrlWarning(UserWarning):
+    """A user-facing warning: the command line prints it as one ``specrl: warning:`` line."""

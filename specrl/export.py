@@ -29,7 +29,7 @@ import operator
 import warnings
 from collections.abc import Callable
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import STALE_STEPS
 from specrl.table import (
     K_MAX_LIMIT,
@@ -233,6 +233,7 @@ def to_vllm(table: KTable, *, acceptance: float) -> dict:
             f"the table drafts nothing at any batch size at acceptance {acceptance}: vLLM would "
             "load the draft model and never use it; serve without speculative decoding at "
             "this operating point",
+            category=SpecrlWarning,
             stacklevel=2,
         )
     return {"num_speculative_tokens": table.k_max, "num_speculative_tokens_per_batch_size": entries}
@@ -278,6 +279,7 @@ def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = Non
         warnings.warn(
             f"TensorRT-LLM cannot draft more than at batch 1 (max_draft_len={first}); "
             f"clamped {where} to {first}",
+            category=SpecrlWarning,
             stacklevel=2,
         )
     uppers: list[list[int]] = []  # [batch upper bound, K], ascending

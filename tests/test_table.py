@@ -475,10 +475,10 @@ def test_provenance_refuses_other_hardware_or_pair_unless_forced(tmp_path):
 
 def test_controller_refuses_impossible_steps_and_batch_sizes(tmp_path):
     controller = LookupController.load(write(tmp_path, plain_json()))
-    for drafted, accepted in ((5, 9), (4, -1), (-2, -3)):
+    for drafted, accepted in ((5, 9), (4, -1), (-2, -3), (None, 0)):
         with pytest.raises(SpecrlError, match=f"accepted={accepted} and drafted={drafted}"):
             controller.observe(drafted, accepted)
-    for batch in (2.5, "8", None):
+    for batch in (2.5, "8", None, 1000.5, float("nan"), float("inf")):
         with pytest.raises(SpecrlError, match="batch_size must be an integer.*got"):
             controller.choose_k(batch)
     import numpy as np  # a serving stack may pass numpy integers
@@ -619,6 +619,21 @@ def test_trtllm_clamps_k_rising_above_batch_1_and_refuses_k0_at_batch_1():
     with pytest.warns(UserWarning, match="vLLM would load the draft model and never use it"):
         config = to_vllm(table_from_json(obj), acceptance=0.5)
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 16, 0]]
+
+
+def test_cli_prints_specrl_warnings_plainly_and_others_as_python_does(capsys, recwarn):
+    import warnings
+
+    from specrl.cli import _plain_warnings
+    from specrl.errors import SpecrlWarning
+
+    with _plain_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("ours", SpecrlWarning, stacklevel=1)
+        warnings.warn("theirs", UserWarning, stacklevel=1)
+    # Ours is printed as a line; theirs goes on to Python's own handler (here pytest's).
+    assert capsys.readouterr().err == "specrl: warning: ours\n"
+    assert [(w.category, str(w.message)) for w in recwarn] == [(UserWarning, "theirs")]
 
 
 def test_export_cli_prints_the_clamp_as_a_plain_warning(tmp_path, capsys):

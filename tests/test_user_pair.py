@@ -343,9 +343,9 @@ def test_check_times_the_pair_the_profile_names(micro_pair_paths, tmp_path, caps
     assert f"re-measure with `specrl profile --target {target} --draft {draft} --out" in printed
     # Another pair's weights: refused before any timing, naming the profile's pair.
     assert main(["profile", "--check", str(mine), "--preset", "small"]) == 2
-    err = capsys.readouterr().err
-    assert f"measured on another target and draft (target {target}, draft {draft};" in err
-    assert "now / profile" not in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"measured on another target and draft (target {target}, draft {draft};" in captured.err
+    assert "now / profile" not in captured.out
     # Moved: the pair's directories are gone, so it says to pass --target and --draft.
     moved = json.loads(mine.read_text())
     moved["fingerprint"]["target_id"] = str(tmp_path / "gone")
@@ -364,3 +364,14 @@ def test_check_of_a_preset_profile_loads_that_preset(micro_pair_paths, tmp_path,
     _stale(out, tmp_path / "stale.json", 10.0)
     # The profile says preset micro; before, the check timed the small pair against it.
     assert main(["profile", "--check", str(tmp_path / "stale.json")]) == 1
+
+
+def test_profile_refuses_contexts_beyond_the_targets_positions(micro_pair_paths, tmp_path, capsys):
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    grid = ["--batch-sizes", "1", "--contexts", "8,600", "--reps", "1", "--k-max", "2"]
+    out = tmp_path / "p.json"
+    argv = ["profile", "--target", target, "--draft", draft, *grid, "--acceptance-rows", "1"]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "but the target has 512 (max_position_embeddings): use shorter --contexts" in err
+    assert not out.exists()

@@ -175,7 +175,8 @@ def test_unknown_preset_names_the_choices():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"n_requests": 0}, r"n_requests must be an integer >= 1 \(None: the preset's default\)"),
+        ({"n_requests": 0}, r"n_requests must be an integer >= 1 \(leave it out for the preset"),
+        ({"rate_per_s": 2.0}, r"unknown argument\(s\) 'rate_per_s'; .* for poisson, rate_per_s"),
         ({"n_requests": "8"}, r"n_requests must be an integer >= 1.*got '8'"),
         ({"peak": 0}, r"peak must be an integer >= 1, got 0"),
         ({"peak": 2.5}, r"peak must be an integer >= 1, got 2.5"),

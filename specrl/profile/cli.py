@@ -9,6 +9,7 @@ measured on the held-out corpus or on your own prompts (``--prompts P.jsonl``, t
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from specrl.files import positive_ints
 
@@ -151,16 +152,21 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
     from specrl.errors import SpecrlError
     from specrl.models.pair import load_default_pair, load_pair
 
-    out = "--out PROFILE.json"
+    prompts = profile.meta.get("prompts", {}).get("file")
+    tail = (f" --prompts {shlex.quote(prompts)}" if prompts else "") + " --out PROFILE.json"
+
+    def by_ids(target, draft) -> str:
+        return f"specrl profile --target {shlex.quote(target)} --draft {shlex.quote(draft)}{tail}"
+
     if args.target or args.draft or args.preset:
         pair = _load_pair(args)
         if args.target:
-            return pair, f"specrl profile --target {args.target} --draft {args.draft} {out}"
-        return pair, f"specrl profile --preset {args.preset} {out}"
+            return pair, by_ids(args.target, args.draft)
+        return pair, f"specrl profile --preset {args.preset}{tail}"
     preset = profile.meta.get("preset")
     if preset:
         pair = load_default_pair(preset, device=args.device)
-        return pair, f"specrl profile --preset {preset} {out}"
+        return pair, f"specrl profile --preset {preset}{tail}"
     fp = profile.fingerprint
     target, draft = fp.get("target_id"), fp.get("draft_id")
     if not (target and draft):
@@ -175,9 +181,7 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
             f"{err}. {source} was measured on target {target}, draft {draft}; where they are "
             "elsewhere now, pass --target and --draft"
         ) from None
-    prompts = profile.meta.get("prompts", {}).get("file")
-    with_prompts = f" --prompts {prompts}" if prompts else ""
-    return pair, f"specrl profile --target {target} --draft {draft}{with_prompts} {out}"
+    return pair, by_ids(target, draft)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -191,6 +195,11 @@ def _check(args: argparse.Namespace) -> int:
     pair, remeasure = _check_pair(args, profile, args.check)
     here = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
     theirs = profile.fingerprint
+    if not theirs.get("target_sha256"):
+        raise SpecrlError(
+            f"{args.check} records no weights hash for its target (a synthetic profile?); "
+            "there is no pair to time it against"
+        )
     other = [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
     if other:
         # Timing another pair says nothing about this profile.

@@ -16,7 +16,7 @@ from functools import cache
 import torch
 import transformers
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 
 HARD_KEYS = ("device", "target_sha256", "draft_sha256")
 SOFT_KEYS = ("torch", "transformers", "threads")
@@ -110,12 +110,13 @@ def check_compatible(profile, fingerprint: dict, *, force: bool = False, source:
         )
         if not force:
             raise SpecrlError(message)
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, category=SpecrlWarning, stacklevel=2)
     soft = [k for k in SOFT_KEYS if theirs.get(k) != fingerprint.get(k)]
     if soft:
         warnings.warn(
             f"{where}: {', '.join(soft)} differ from where it was measured "
             f"({', '.join(f'{theirs.get(k)} vs here {fingerprint.get(k)}' for k in soft)}); "
             "timings may have shifted",
+            category=SpecrlWarning,
             stacklevel=2,
         )

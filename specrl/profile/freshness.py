@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 
 TOLERANCE = 0.15
 """Largest accepted |measured / profile - 1| of a cell's step time."""
@@ -199,5 +199,5 @@ def enforce_freshness(
     if not report.fresh:
         if not force:
             raise SpecrlError(report.message(source) + ", or pass --force to use it anyway")
-        warnings.warn(report.message(source), stacklevel=2)
+        warnings.warn(report.message(source), category=SpecrlWarning, stacklevel=2)
     return report

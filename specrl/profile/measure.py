@@ -129,6 +129,13 @@ def _prompts(streams, lengths: Sequence[int], rng: np.random.Generator, domains)
 def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
     from specrl.engine import SpecEngine
 
+    positions = getattr(pair.target.config, "max_position_embeddings", None)
+    if isinstance(positions, int) and max_len > positions:
+        raise SpecrlError(
+            f"a profile run needs {max_len} positions (prompt + output + K + 2) but the target "
+            f"has {positions} (max_position_embeddings): use shorter --contexts, or shorter "
+            "prompts or max_new_tokens in --prompts"
+        )
     return SpecEngine(
         pair.target, pair.draft, max_batch=max_batch, max_len=max_len, k_max=k_max, device=device
     )

@@ -124,12 +124,17 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_note(run_dir) -> str:
     """What a stopped run left behind, and how to go on."""
+    from pathlib import Path
+
     from specrl.errors import SpecrlError
+    from specrl.train.config import CHECKPOINT_DIR
     from specrl.train.run import latest_checkpoint
 
     try:
         at = latest_checkpoint(run_dir).num_timesteps
-    except SpecrlError:
+    except SpecrlError as err:
+        if any(Path(run_dir, CHECKPOINT_DIR).glob("step-*")):
+            return f"stopped, and its newest checkpoint is unreadable: {err}"
         return (
             f"stopped before its first checkpoint: nothing to resume; delete {run_dir} and "
             "start again"

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from specrl.compare import best_static, summarize
 from specrl.envs.rollout import run_episode
 from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
 from specrl.policies import make_policies, make_policy
@@ -1044,6 +1044,7 @@ def _tensorboard_dir(run_dir: Path) -> Path | None:
         warnings.warn(
             "tensorboard is not installed: no tensorboard logs, and wandb gets no training "
             "curves (pip install tensorboard)",
+            category=SpecrlWarning,
             stacklevel=3,
         )
         return None

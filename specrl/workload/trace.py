@@ -481,12 +481,14 @@ def preset_trace(
         )
     if n_requests is not None and not _count(n_requests):
         raise SpecrlError(
-            f"workload {preset!r}: n_requests must be an integer >= 1 (None: the preset's "
-            f"default), got {n_requests!r}"
+            f"workload {preset!r}: n_requests must be an integer >= 1 (leave it out for the "
+            f"preset's default), got {n_requests!r}"
         )
     if not _count(peak):
         raise SpecrlError(f"workload {preset!r}: peak must be an integer >= 1, got {peak!r}")
-    unknown = sorted(set(kwargs) - set(TRACE_KWARGS) - {"rate_per_s"})
+    unknown = sorted(
+        set(kwargs) - set(TRACE_KWARGS) - ({"rate_per_s"} if preset == "poisson" else set())
+    )
     if unknown:
         raise SpecrlError(
             f"workload {preset!r}: unknown argument(s) {', '.join(map(repr, unknown))}; "
