@@ -155,7 +155,11 @@ class LengthDist:
             )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        raw = np.rint(self.median * np.exp(self.sigma * rng.standard_normal(n)))
+        return self.at(rng.standard_normal(n))
+
+    def at(self, z) -> np.ndarray:
+        """The token counts at standard-normal values ``z`` (a draw, or quantiles)."""
+        raw = np.rint(self.median * np.exp(self.sigma * np.asarray(z, dtype=np.float64)))
         return np.clip(raw, self.lo, self.hi).astype(np.int64)
 
 
@@ -564,9 +568,9 @@ TRACE_KEYS = (
 REQUEST_KEYS = tuple(f.name for f in fields(Request))
 
 
-def _known_keys(obj: Mapping, keys: Sequence[str], where: str) -> None:
-    """Refuse a key outside ``keys``: a misspelt ``temprature`` would otherwise be ignored and
-    the request run greedy."""
+def check_known_keys(obj: Mapping, keys: Sequence[str], where: str) -> None:
+    """Refuse a key outside ``keys`` (of a trace, a request or a prompts file's line): a
+    misspelt ``temprature`` would otherwise be ignored and the request run greedy."""
     unknown = [k for k in obj if k not in keys]
     if unknown:
         raise SpecrlError(
@@ -585,7 +589,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         what="specrl trace",
         remake=f"regenerate it with `specrl workload --preset NAME --out {source}`",
     )
-    _known_keys(obj, TRACE_KEYS, source)
+    check_known_keys(obj, TRACE_KEYS, source)
     name = _field(obj, "name", str, source)
     seed = _field(obj, "seed", int, source)
     prompts = obj.get("prompts")
@@ -640,7 +644,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     for i, r in enumerate(raw):
         where = f"{source}.requests[{i}]"
         domain = _field(r, "domain", str, where)
-        _known_keys(r, REQUEST_KEYS, where)
+        check_known_keys(r, REQUEST_KEYS, where)
         if domain not in known:
             raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {known}")
         offset = _field(r, "offset", int, where)

@@ -48,6 +48,7 @@ from specrl.workload.trace import (
     Request,
     Trace,
     check_domain_name,
+    check_known_keys,
     preset_trace,
     temperature_band,
     trace_from_json,
@@ -149,12 +150,7 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
         raise SpecrlError(f"{where}: not a JSON object ({err}); {jsonl}") from None
     if not isinstance(obj, dict):
         raise SpecrlError(f"{where}: a JSON {type(obj).__name__}, not an object; {jsonl}")
-    unknown = [k for k in obj if k not in KEYS]
-    if unknown:
-        raise SpecrlError(
-            f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(KEYS)} (fix its "
-            "spelling or remove it)"
-        )
+    check_known_keys(obj, KEYS, where)
     if "prompt" not in obj:
         raise SpecrlError(f'{where}: missing "prompt"; every line needs one, like {EXAMPLE}')
     prompt = obj["prompt"]
@@ -258,12 +254,8 @@ def file_output_lengths(prompts: PromptFile) -> LengthDist | None:
         return None
     missing = len(prompts.prompts) - len(given)
     d = DEFAULT_OUTPUT_LENGTHS
-    normal = NormalDist()
-    drawn = [
-        min(d.hi, max(d.lo, round(d.median * math.exp(d.sigma * normal.inv_cdf(q)))))
-        for q in ((i + 0.5) / missing for i in range(missing))
-    ]
-    fit = fitted_lengths(given + drawn)
+    z = [NormalDist().inv_cdf((i + 0.5) / missing) for i in range(missing)]
+    fit = fitted_lengths(given + d.at(z).tolist())
     if not missing:
         return fit
     # A line without max_new_tokens may draw anything the presets draw.
