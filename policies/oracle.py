@@ -7,6 +7,10 @@ import numpy as np
 from specrl.errors import SpecrlError
 from specrl.policies.base import KPolicy
 
+LIVE_REFUSAL = (
+    "the oracle reads the surrogate's true per-request acceptance; it cannot run in the live env"
+)
+
 
 class Oracle(KPolicy):
     """Per step, the K maximizing expected committed tokens / expected seconds of the coming
@@ -27,8 +31,7 @@ class Oracle(KPolicy):
         base = getattr(env, "unwrapped", None)
         if not isinstance(base, SurrogateSpecEnv):
             raise SpecrlError(
-                "the oracle reads the surrogate's true per-request acceptance; it cannot run "
-                f"in the live env (got {type(env).__name__}); use it with SurrogateSpecEnv "
+                f"{LIVE_REFUSAL} (got {type(env).__name__}); use it with SurrogateSpecEnv "
                 "(`--env surrogate`)"
             )
         self.env = base

@@ -381,19 +381,19 @@ def make_env(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
+    from specrl.policies.oracle import LIVE_REFUSAL
 
-    if args.env == "live" and args.policies and "oracle" in parse_policies(args.policies):
-        # Before the live env's freshness timing: the oracle could never run there.
-        raise SpecrlError(
-            "the oracle reads the surrogate's true per-request acceptance; it cannot run in "
-            "the live env: drop it from --policies, or compare with --env surrogate"
-        )
-    env, profile = make_env(args)
     specs = (
         parse_policies(args.policies)
         if args.policies
         else default_policies(args.k_max, surrogate=args.env == "surrogate")
     )
+    if args.env == "live" and "oracle" in specs:
+        # Before the live env's freshness timing: the oracle could never run there.
+        raise SpecrlError(
+            f"{LIVE_REFUSAL}: drop it from --policies, or compare with --env surrogate"
+        )
+    env, profile = make_env(args)
     policies = make_policies(specs, env=env, profile=profile, force=args.force)
     if args.env == "live" and (note := odd_rounds_note(args.episodes, "--episodes")):
         print(note)
