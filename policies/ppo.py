@@ -113,7 +113,8 @@ class PPOPolicy(KPolicy):
     def load(
         cls, run_dir: str | Path, *, max_batch: int | None = None, k_max: int | None = None
     ) -> PPOPolicy:
-        """The final model of a ``specrl train`` run (``RUN_DIR/model.zip``), on the CPU.
+        """The policy of a ``specrl train`` run (``RUN_DIR/model.zip``: its best-evaluated
+        model), on the CPU.
 
         :param max_batch: the env's ``max_batch``, if known: a run trained with another is
             refused (the observation scales the batch size by it).

@@ -654,6 +654,23 @@ def test_export_cli_prints_the_clamp_as_a_plain_warning(tmp_path, capsys):
     }
 
 
+def test_export_of_a_table_refuses_the_options_that_act_on_a_run(tmp_path, capsys):
+    from specrl.cli import main
+
+    native, out = write(tmp_path, plain_json()), tmp_path / "out.json"
+    args = ["export", "--table", str(native), "--out", str(out)]
+    assert main([*args, "--probe-scope", "all", "--monotone", "--episodes", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "specrl: error: --episodes, --monotone, --probe-scope: these act on tabulating a run, "
+        "and --table only converts a table already written; pass them with --run RUN_DIR "
+        "instead\n"
+    )
+    assert main([*args, "--force"]) == 2
+    assert "--force: this acts on tabulating a run" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(args) == 0 and json.loads(out.read_text()) == plain_json()
+
+
 @pytest.mark.parametrize("fmt", ["vllm", "trtllm"])
 def test_export_files_read_back_and_say_the_operating_point(tmp_path, fmt):
     from specrl.policies import BatchSchedule

@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train PPO on the surrogate over a mix of workloads with fresh seeds per "
         "episode. Checkpoints go to RUN_DIR/checkpoints (a killed run continues with "
         "--resume RUN_DIR), tensorboard logs to RUN_DIR/tb, wandb (offline by default) to "
-        "RUN_DIR/wandb; the final model to RUN_DIR/model.zip and the held-out evaluation "
+        "RUN_DIR/wandb; the best-evaluated model to RUN_DIR/model.zip (the last weights to "
+        "last_model.zip) and the held-out evaluation "
         "(tokens/s against the best static K and the oracle) to RUN_DIR/summary.json.",
     )
     parser.add_argument("--out", metavar="RUN_DIR", help="run directory of a new run")

@@ -61,7 +61,7 @@ class TrainConfig:
     """One PPO training run on the surrogate; every field is checked when it is made."""
 
     out: str = "runs/ppo"
-    """Run directory: checkpoints, logs, the final model and summary.json go there."""
+    """Run directory: checkpoints, logs, the models (see the module) and summary.json go there."""
     total_timesteps: int = 200_000
     """Env steps to train for, over all envs (a resumed run continues up to it). The default
     took 2.5 minutes on a 2-core machine (about 1,500 steps/s, evaluations included)."""

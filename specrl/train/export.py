@@ -92,7 +92,7 @@ def table_from_run(
     probe_scope: str = DEFAULT_PROBE_SCOPE,
     probe_acceptance: float | None = None,
 ) -> KTable:
-    """The K table of the final model of ``run_dir`` (see the module).
+    """The K table of ``run_dir``'s policy, ``model.zip`` (see the module).
 
     :param k_max: the K the serving engine drafts at most, if known: a run trained with
         another ``k_max`` is refused (its actions mean other Ks).
@@ -529,7 +529,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--episodes",
         type=int,
-        default=FIDELITY_EPISODES,
+        default=None,
         help=f"fidelity check episodes per workload (default {FIDELITY_EPISODES})",
     )
     parser.add_argument(
@@ -544,7 +544,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--probe-scope",
         choices=PROBE_SCOPES,
-        default=DEFAULT_PROBE_SCOPE,
+        default=None,
         help="where the table's probe rule fires while K=0: at every batch size (all), only "
         "where the table has a K > 0 at some estimate (speculating), or only where it has one "
         "at or below the operating acceptance, --acceptance or the policy's mean (operating; "
@@ -557,9 +557,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+RUN_ONLY = {
+    "k_max": "--k-max",
+    "episodes": "--episodes",
+    "no_check": "--no-check",
+    "monotone": "--monotone",
+    "probe_scope": "--probe-scope",
+    "force": "--force",
+}
+"""Options that act on tabulating a run (``--run``); a ``--table`` is only converted."""
+
+
 def run(args: argparse.Namespace) -> int:
     acceptance = args.acceptance
     if args.table:
+        given = [
+            flag for dest, flag in RUN_ONLY.items() if getattr(args, dest) not in (None, False)
+        ]
+        if given:
+            raise SpecrlError(
+                f"{', '.join(given)}: {'these act' if len(given) > 1 else 'this acts'} on "
+                "tabulating a run, and --table only converts a table already written; pass "
+                f"{'them' if len(given) > 1 else 'it'} with --run RUN_DIR instead"
+            )
         table = load_table(args.table)
         if acceptance is None:
             acceptance = table.provenance.get("operating_acceptance")
@@ -570,10 +590,10 @@ def run(args: argparse.Namespace) -> int:
             k_max=args.k_max,
             acceptance=acceptance,
             check=not args.no_check,
-            episodes=args.episodes,
+            episodes=FIDELITY_EPISODES if args.episodes is None else args.episodes,
             monotone=args.monotone,
             progress=not args.no_progress,
-            probe_scope=args.probe_scope,
+            probe_scope=args.probe_scope or DEFAULT_PROBE_SCOPE,
         )
         acceptance = table.provenance["operating_acceptance"]
         changed = table.provenance.get("monotone_cells_changed")
