@@ -104,7 +104,7 @@ class LiveSpecEnv(SpecEnvBase):
       rate at batch 1.
     * ``profile``: path or ``Profile``; default: the shipped one. Refused when measured on
       other hardware or another pair, or when its step times are off by more than 15% here
-      (``specrl.profile.freshness``, a 10-second timing; ``check_profile=False`` skips it),
+      (``specrl.profile.freshness``, a 10-15 s timing; ``check_profile=False`` skips it),
       unless ``force_profile=True``. Only read when ``reference_tokens_per_s`` is not given.
     * ``streams``: ``{domain: token ids}`` prompts are cut from; default: the held-out corpus
       tokenized with the pair's tokenizer.

@@ -24,7 +24,8 @@ from args import script_main
 @dataclass
 class Args:
     exp_name: str = "compare"
-    """Name of the experiment: the wandb group and the first part of the output directory."""
+    """Name of the experiment: the first part of the output directory and of each wandb
+    group ({exp_name}-surrogate-{workload}; the group itself with one workload)."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
     workloads: tuple[str, ...] = ("ramp", "day", "bursts", "mixed")

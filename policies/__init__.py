@@ -1,7 +1,8 @@
 """PPO and the baseline K controllers (installed as ``specrl.policies``).
 
 Every controller has SB3's ``predict(obs, state=None, episode_start=None,
-deterministic=False)`` and a short ``name`` for result tables. By command-line name
+deterministic=False)`` (``PPOPolicy``'s defaults to True; the baselines ignore it) and a
+short ``name`` for result tables. By command-line name
 (:func:`make_policy`): ``off``, ``fixed:K``, ``threshold:K:B``, ``schedule:FILE``, ``hf``,
 ``ema``, ``goodput``, ``oracle``, ``ppo:RUN_DIR``, ``lookup:TABLE.json``.
 """

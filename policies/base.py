@@ -5,7 +5,8 @@ takes one observation (``[8]``: an ``np.int64`` action) or a batch (``[n_envs, 8
 ``int64`` array), so both :func:`specrl.envs.run_episode` and SB3's ``evaluate_policy`` can
 score any controller. Controllers that remember earlier steps keep one state per env on the
 object and start it afresh where ``episode_start`` is True; ``state`` is handed back
-unchanged, as SB3's feed-forward policies do.
+unchanged, as SB3's feed-forward policies do. ``deterministic`` matters only to
+:class:`~specrl.policies.ppo.PPOPolicy`, whose default is True (the most probable K).
 """
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
     lap("export")
 
-    _step(5, "compare: every policy in the surrogate, then four live")
+    _step(5, "compare: every policy in the surrogate; off, best static K, goodput, table live")
     lookup = f"lookup:{native}"
     reports = compare_surrogate(
         profile,

@@ -206,7 +206,6 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
 
     monkeypatch.setattr(measure, "_Cell", Spy)
     monkeypatch.setattr(measure, "REPLICA_BATCH", 1)
-    rounds = []
     prof = measure_profile(
         micro_pair,
         k_max=2,
@@ -216,9 +215,7 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
         acceptance_rows=2,
         acceptance_tokens=40,
         progress=False,
-        between_rounds=rounds.append,
     )
-    assert rounds == [0, 1]
     # A warm-up cell at the largest batch, then REPLICAS cells per context at batch 1 (up to
     # REPLICA_BATCH) and one at batch 2; every timing cell stepped through every round.
     keys = [cell.key for cell in built]

@@ -48,8 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "and print env steps per second on one core.",
     )
     surrogate.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
-    surrogate.add_argument("--steps", type=int, default=200_000)
-    surrogate.add_argument("--max-batch", type=int, default=64)
+    surrogate.add_argument("--steps", type=int, default=200_000, help="default 200000")
+    surrogate.add_argument(
+        "--max-batch", type=int, default=64, help="default 64 (the envs' own default is 128)"
+    )
     surrogate.set_defaults(func=_surrogate)
 
     controller = bench.add_parser(

@@ -19,8 +19,9 @@ The manifest is written last, so a directory without a valid manifest, or whose 
 longer match it, is half-written or corrupt and gets rebuilt.
 
 Shipped weights: the ``small`` pair is trained once and committed under
-``specrl/assets/pairs/small`` (22 MB). Training it takes about 65 minutes on two shared CPU
-cores (41 min for 3.1M target tokens, 22 min for 3.7M distillation tokens), far too long to
+``specrl/assets/pairs/small`` (22 MB). Training it takes about an hour on two shared CPU
+cores (65 min the first time: 41 min for 3.1M target tokens, 22 min for 3.7M distillation
+tokens; 58 min for the README's re-run), far too long to
 ask of every user, CI job or test run, while checking the shipped files against their manifest
 takes well under a second. ``build_pair("small")`` therefore uses the shipped directory in
 place when it verifies; ``force=True`` (``--retrain``) reproduces it.

@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--check",
         metavar="PROFILE.json",
-        help="time a few cells now (about 10 s) and print them beside the profile's figures; "
+        help="time a few cells now (10-15 s) and print them beside the profile's figures; "
         "exit 1 when a step time differs by more than 15%%",
     )
     parser.add_argument(

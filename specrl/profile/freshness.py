@@ -1,7 +1,7 @@
 """Is a profile still true here? Time a few cells now and set them beside the profile's figures.
 
 A profile is only true on the machine, and at the speed, where it was measured: two VMs with
-the same fingerprint differed 1.8x. The fingerprint cannot see that; a ten-second timing can.
+the same fingerprint differed 1.8x. The fingerprint cannot see that; a 10-15 s timing can.
 ``specrl profile --check PROFILE.json`` prints the comparison; the live env,
 ``validate-surrogate``, ``compare --env live`` and the demo run the same check and warn, or
 refuse unless forced, when a step time is off by more than :data:`TOLERANCE`.

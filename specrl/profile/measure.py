@@ -45,7 +45,8 @@ Acceptance is strongly per request (a request whose greedy continuation loops ac
 0.95 throughout). Each request's level is recorded as the logit offset that makes the group's
 rates reproduce its accepted count, shrunk toward 0 by its sampling noise (empirical Bayes);
 the profile keeps their quantiles (``request_levels``), and the surrogate gives each request a
-persistent level drawn from them.
+level drawn from them, which drifts as the request decodes where the profile records how
+levels drift (``level_drift``: :func:`specrl.profile.levels.drift`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import bisect
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -603,18 +604,13 @@ def measure_profile(
     acceptance_tokens: int | None = None,
     progress: bool = True,
     preset: str | None = None,
-    between_rounds: Callable[[int], None] | None = None,
     prompts: PromptFile | None = None,
 ) -> Profile:
     """Measure ``pair`` on this machine; see the module docstring for what runs.
 
     ``prompts``: a prompts file (:func:`~specrl.workload.user_prompts.load_prompts`) to
     measure acceptance on, and to cut the timing cells' rows from unless ``streams`` is given;
-    default: the held-out corpus's domains.
-
-    ``between_rounds(r)``, if given, runs after timing round ``r`` (0-based): other work
-    (``specrl validate-surrogate --measure`` plays its live episodes there) then shares the
-    timing rounds' stretch of time, and with it whatever load the machine was under."""
+    default: the held-out corpus's domains."""
     from tqdm.auto import tqdm
 
     if pair.draft is None:
@@ -663,8 +659,6 @@ def measure_profile(
             _small_admission(pair, streams, k_max=k_max, device=device, rng=rng)
             for _ in range(SMALL_ADMISSIONS)
         ]
-        if between_rounds is not None:
-            between_rounds(r)
         bar.update()
     # The first replica's admission (prefill) step, then every replica's decode steps.
     samples = {
