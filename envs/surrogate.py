@@ -21,6 +21,7 @@ from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
 _warned_default_hardware = False
+_warned_extrapolation: set[tuple[int, int]] = set()
 
 
 def default_profile_path() -> Path:
@@ -161,6 +162,17 @@ class SurrogateSpecEnv(SpecEnvBase):
 
     def _build_tables(self) -> None:
         prof = self.profile
+        largest = prof.batch_sizes[-1]
+        if self.max_batch > largest and (largest, self.max_batch) not in _warned_extrapolation:
+            _warned_extrapolation.add((largest, self.max_batch))
+            warnings.warn(
+                f"the profile measured batch sizes up to {largest}; at max_batch="
+                f"{self.max_batch} larger batches' step times are extended linearly from its "
+                f"last two. Measure up to {self.max_batch} with `specrl profile --batch-sizes "
+                f"...,{self.max_batch}`, or lower max_batch",
+                category=SpecrlWarning,
+                stacklevel=3,
+            )
         self.costs = StepCosts(
             prof, max_batch=self.max_batch, max_len=self.max_len, k_max=self.k_max
         )

@@ -240,3 +240,27 @@ def test_oracle_reads_the_true_rates_of_the_coming_rows():
         else:
             # Always speculating, K=4 unless the rows' budgets cap what a longer draft adds.
             assert 0 not in chosen and chosen.count(4) > 0.8 * len(chosen)
+
+
+def test_batches_past_the_profiles_grid_warn_and_keep_the_edge_spread():
+    from specrl.errors import SpecrlWarning
+    from specrl.profile.costs import StepCosts
+
+    prof = linear_profile(batch_sizes=(1, 2, 4))
+    prof.time_log_sigma = [0.30, 0.20, 0.10]
+    costs = StepCosts(prof, max_batch=16, max_len=64, k_max=4)
+    # Interpolated inside the grid, held at its ends (a line through the last two would
+    # read 0.10 - 0.05 * 12 < 0 at batch 16, and grow past a rising pair).
+    assert costs.sigma[1] == 0.30 and costs.sigma[3] == pytest.approx(0.15)
+    assert costs.sigma[0] == 0.30 and costs.sigma[4:] == [0.10] * 13
+    with pytest.warns(SpecrlWarning) as caught:
+        SurrogateSpecEnv(profile=prof, max_batch=16)
+        SurrogateSpecEnv(profile=prof, max_batch=16)
+    assert [str(w.message) for w in caught] == [
+        "the profile measured batch sizes up to 4; at max_batch=16 larger batches' step times "
+        "are extended linearly from its last two. Measure up to 16 with `specrl profile "
+        "--batch-sizes ...,16`, or lower max_batch"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SurrogateSpecEnv(profile=prof, max_batch=4)

@@ -37,7 +37,8 @@ class StepCosts:
 
     * ``step_s[b][k][c // CONTEXT_BUCKET]``: verify + draft + overhead, without prefill or
       catch-up.
-    * ``sigma[b]``: the measured log-spread of a step's time around the table.
+    * ``sigma[b]``: the measured log-spread of a step's time around the table (interpolated in
+      batch size, held at the grid's ends).
     * ``prefill_s[tokens]``, ``catchup_s[tokens]``: by padded tokens (rows x widest row).
     """
 
@@ -62,7 +63,9 @@ class StepCosts:
                 step[b, k] = interp_linear(contexts, prof.contexts, by_batch[b])
         self.step_array = step  # [max_batch + 1, k_max + 1, n_context_buckets]
         self.step_s = step.tolist()
-        self.sigma = interp_linear(batches, prof.batch_sizes, prof.time_log_sigma).tolist()
+        # The spread is held at the grid's ends: extended linearly it grew with every batch
+        # past a small grid (a profile of batches 1-2 read sigma 38 at batch 128).
+        self.sigma = np.interp(batches, prof.batch_sizes, prof.time_log_sigma).tolist()
         n_tokens = max_batch * max_len + 1
         self.prefill_s = _points_table(prof.prefill, n_tokens)
         self.catchup_s = _points_table(prof.catchup, n_tokens)
