@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.features import BUCKET_LABELS, batch_bucket
+from specrl.features import batch_bucket, bucket_labels
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
@@ -35,7 +35,7 @@ class PolicyResult:
     tokens_per_s: float
     """Sum of tokens over sum of seconds, every episode."""
     bucket_tokens_per_s: dict[str, float]
-    """By rows decoded per step (:data:`specrl.features.BUCKET_LABELS`); buckets no step
+    """By rows decoded per step (:func:`specrl.features.batch_bucket`); buckets no step
     reached are left out."""
     k_share: dict[str, float]
     """Share of steps at each K (``"0"`` .. ``"k_max"``)."""
@@ -87,11 +87,16 @@ class ComparisonReport:
         in the steps of that bucket."""
         static = [r for r in self.results if _STATIC.match(r.policy)]
         out = {}
-        for label in BUCKET_LABELS:
+        for label in self.bucket_labels():
             rated = [r for r in static if label in r.bucket_tokens_per_s]
             if rated:
                 out[label] = max(rated, key=lambda r: r.bucket_tokens_per_s[label]).policy
         return out
+
+    def bucket_labels(self) -> list[str]:
+        """:data:`~specrl.features.BUCKET_LABELS`, then any bucket past 128 rows a policy
+        reached (:func:`~specrl.features.bucket_labels`)."""
+        return bucket_labels({b for r in self.results for b in r.bucket_tokens_per_s})
 
     def result(self, policy: str) -> PolicyResult | None:
         return next((r for r in self.results if r.policy == policy), None)
@@ -123,7 +128,7 @@ class ComparisonReport:
         """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT."""
         best, off = self.best_static, self.result("off")
         buckets = [
-            b for b in BUCKET_LABELS if any(b in r.bucket_tokens_per_s for r in self.results)
+            b for b in self.bucket_labels() if any(b in r.bucket_tokens_per_s for r in self.results)
         ]
         spread = best is not None and self.episodes > 1
         head = ["policy", "tokens/s", "/ best static"]
@@ -163,7 +168,7 @@ class ComparisonReport:
 
     def write_csv(self, path: str | Path) -> None:
         """One row per policy: tokens/s, TPOT, then ``bucket/<label>`` and ``k_share/<K>``."""
-        buckets = list(BUCKET_LABELS)
+        buckets = self.bucket_labels()
         ks = sorted({k for r in self.results for k in r.k_share}, key=int)
         with open(path, "w", newline="") as f:
             writer = csv.writer(f)
@@ -202,7 +207,7 @@ def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
             k_steps[k] += 1
             steps += 1
     tpot = [x for e in episodes for x in e.request_tpot_s]
-    rated = [label for label in BUCKET_LABELS if label in by_bucket and by_bucket[label][1] > 0]
+    rated = [label for label in bucket_labels(by_bucket) if by_bucket.get(label, [0, 0])[1] > 0]
     return PolicyResult(
         policy=policy,
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,

@@ -75,11 +75,29 @@ def conditional_acceptance(rate: float, k: int) -> float:
 
 def batch_bucket(batch: int) -> str:
     """The label of the bucket holding ``batch`` rows (``"1"``, ``"2-4"``, ... ``"65-128"``);
-    above 128 rows, ``">128"``."""
+    above 128 rows the buckets go on in powers of two (``"129-256"``, ``"257-512"``, ...);
+    0 rows: ``"0"``."""
+    batch = int(batch)
     for (lo, hi), label in zip(BATCH_BUCKETS, BUCKET_LABELS):
         if lo <= batch <= hi:
             return label
-    return ">128" if batch > BATCH_BUCKETS[-1][1] else "0"
+    if batch < 1:
+        return "0"
+    hi = 1 << (batch - 1).bit_length()
+    return f"{hi // 2 + 1}-{hi}"
+
+
+def bucket_bounds(label: str) -> tuple[int, int]:
+    """``(lo, hi)`` of a :func:`batch_bucket` label (inclusive)."""
+    lo, _, hi = label.partition("-")
+    return int(lo), int(hi or lo)
+
+
+def bucket_labels(reached=()) -> list[str]:
+    """:data:`BUCKET_LABELS`, then the buckets past 128 rows among ``reached``, in order: the
+    columns and keys comparisons report (a GPU's batches go past the CPU's 128)."""
+    extra = {label for label in reached if label not in BUCKET_LABELS and label != "0"}
+    return [*BUCKET_LABELS, *sorted(extra, key=bucket_bounds)]
 
 
 def step_time_feature(seconds: float) -> float:

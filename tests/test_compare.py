@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -34,6 +35,35 @@ def test_summarize_aggregates_steps_by_bucket_and_k():
     assert r.bucket_steps == {"1": 1, "2-4": 2, "65-128": 1}
     assert r.k_share == pytest.approx({"0": 0.25, "1": 0.25, "2": 0.5})
     assert (r.tpot_p50_s, r.tpot_p99_s) == pytest.approx((0.2, 0.298))
+
+
+def test_buckets_past_128_rows_are_reported_where_reached(tmp_path):
+    from specrl.compare import ComparisonReport
+    from specrl.features import BUCKET_LABELS
+    from specrl.report.dashboard import policy_metrics
+
+    def episode(batches):
+        e = EpisodeResult(len(batches), float(len(batches)), 1, 0.0, 0.0)
+        e.step_batch, e.step_k = batches, [0] * len(batches)
+        e.step_tokens, e.step_seconds = batches, [1.0] * len(batches)
+        return e
+
+    big = summarize("off", [episode([300, 200, 100, 1])], k_max=2)
+    small = summarize("fixed:2", [episode([100, 1])], k_max=2)
+    assert big.bucket_steps == {"1": 1, "65-128": 1, "129-256": 1, "257-512": 1}
+    assert big.bucket_tokens_per_s["257-512"] == 300.0
+    report = ComparisonReport("surrogate", "w", 0, 1, [big, small])
+    assert report.bucket_labels() == [*BUCKET_LABELS, "129-256", "257-512"]
+    assert report.best_static_by_bucket()["257-512"] == "off"
+    header = report.format().splitlines()[0]
+    assert "| B 65-128 | B 129-256 | B 257-512 |" in header
+    report.write_csv(tmp_path / "c.csv")
+    with open(tmp_path / "c.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["bucket/257-512"] == "300.0" and rows[1]["bucket/257-512"] == ""
+    metrics = policy_metrics(report, small)
+    assert metrics["bucket/65-128/tokens_per_s"] == 100.0
+    assert math.isnan(metrics["bucket/129-256/tokens_per_s"])
 
 
 def test_every_policy_serves_the_same_traces():

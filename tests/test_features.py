@@ -14,6 +14,8 @@ from specrl.features import (
     STALE_STEPS,
     AcceptanceTracker,
     batch_bucket,
+    bucket_bounds,
+    bucket_labels,
     conditional_acceptance,
     drafted_acceptance,
     step_time_feature,
@@ -102,8 +104,25 @@ def test_batch_buckets_cover_1_to_128():
         "65-128",
         "65-128",
     ]
-    assert batch_bucket(129) == ">128" and batch_bucket(0) == "0"
+    assert batch_bucket(0) == "0"
+    assert [batch_bucket(b) for b in (129, 256, 257, 512, 513)] == [
+        "129-256",
+        "129-256",
+        "257-512",
+        "257-512",
+        "513-1024",
+    ]
     assert BUCKET_LABELS == ("1", "2-4", "5-8", "9-16", "17-32", "33-64", "65-128")
+    assert [bucket_bounds(label) for label in ("1", "65-128", "257-512")] == [
+        (1, 1),
+        (65, 128),
+        (257, 512),
+    ]
+    assert bucket_labels(["513-1024", "2-4", "129-256", "0"]) == [
+        *BUCKET_LABELS,
+        "129-256",
+        "513-1024",
+    ]
 
 
 def test_step_time_feature_is_a_clipped_log_scale():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from specrl.compare import ComparisonReport, PolicyResult
 from specrl.errors import SpecrlError
-from specrl.features import BATCH_BUCKETS, BUCKET_LABELS
+from specrl.features import bucket_bounds
 
 MODES = ("offline", "online", "disabled")
 REFERENCES = ("off", "best_static", "oracle")
@@ -39,7 +39,8 @@ REFERENCES = ("off", "best_static", "oracle")
 
 def policy_metrics(report: ComparisonReport, result: PolicyResult) -> dict[str, float]:
     """The summary keys of ``result``'s run, in column order: ``tokens_per_s``,
-    ``bucket/<label>/tokens_per_s`` for every label of :data:`~specrl.features.BUCKET_LABELS`,
+    ``bucket/<label>/tokens_per_s`` for every label of :data:`~specrl.features.BUCKET_LABELS`
+    (and past 128 rows, of every bucket a policy of ``report`` reached),
     ``k_share/<K>`` for K = 0..k_max, ``ratio/off``, ``ratio/best_static``, ``ratio/oracle``
     (tokens/s over the reference's), ``tpot_p50_s`` and ``tpot_p99_s``. Not measured: NaN."""
     references = {
@@ -48,7 +49,7 @@ def policy_metrics(report: ComparisonReport, result: PolicyResult) -> dict[str, 
         "oracle": report.result("oracle"),
     }
     metrics = {"tokens_per_s": result.tokens_per_s}
-    for label in BUCKET_LABELS:
+    for label in report.bucket_labels():
         metrics[f"bucket/{label}/tokens_per_s"] = result.bucket_tokens_per_s.get(label, math.nan)
     for k, share in sorted(result.k_share.items(), key=lambda item: int(item[0])):
         metrics[f"k_share/{k}"] = share
@@ -169,11 +170,11 @@ def _log_report(
         with _init(project, group, result.policy, "policy", out_dir, mode, run_config) as run:
             run.define_metric("by_bucket/batch", summary="none")
             run.define_metric("by_bucket/tokens_per_s", step_metric="by_bucket/batch")
-            for (_, largest), label in zip(BATCH_BUCKETS, BUCKET_LABELS):
+            for label in report.bucket_labels():
                 if label in result.bucket_tokens_per_s:
                     run.log(
                         {
-                            "by_bucket/batch": largest,
+                            "by_bucket/batch": bucket_bounds(label)[1],
                             "by_bucket/tokens_per_s": result.bucket_tokens_per_s[label],
                         }
                     )

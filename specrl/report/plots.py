@@ -14,7 +14,6 @@ from pathlib import Path
 
 from specrl.compare import ComparisonReport
 from specrl.errors import SpecrlError
-from specrl.features import BUCKET_LABELS
 from specrl.files import read_json
 from specrl.table import KTable
 from specrl.train.config import CHECKPOINT_DIR, SUMMARY_FILE
@@ -37,7 +36,8 @@ def buckets_figure(report: ComparisonReport):
     order (a policy that never reached a bucket has no point there)."""
     from matplotlib.figure import Figure
 
-    labels = [b for b in BUCKET_LABELS if any(b in r.bucket_tokens_per_s for r in report.results)]
+    reached = {b for r in report.results for b in r.bucket_tokens_per_s}
+    labels = [b for b in report.bucket_labels() if b in reached]
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     for r in report.results:
