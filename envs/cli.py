@@ -134,10 +134,12 @@ def validate(args: argparse.Namespace) -> int:
     pair = load_default_pair(args.preset, device=args.device)
     if profile is not None:
         from specrl.profile import check_compatible, pair_fingerprint
-        from specrl.profile.freshness import enforce_freshness
+        from specrl.profile.freshness import enforce_freshness, remeasure_command
 
         fp = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
-        check_compatible(profile, fp, force=args.force, source=args.profile)
+        check_compatible(
+            profile, fp, force=args.force, source=args.profile, remeasure=remeasure_command(pair)
+        )
         report = enforce_freshness(
             profile, pair, device=args.device, force=args.force, source=args.profile
         )

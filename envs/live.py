@@ -187,11 +187,14 @@ class LiveSpecEnv(SpecEnvBase):
                 source,
                 "; or from Python pass streams=tokenize_prompts(prompts, tokenizer).streams",
             )
+        from specrl.profile.freshness import profile_prompts, remeasure_command
+
         check_compatible(
             prof,
             pair_fingerprint(self.pair, k_max=k_max, device=self.device),
             force=force,
             source=source,
+            remeasure=remeasure_command(self.pair, profile_prompts(prof)),
         )
         if check:
             from specrl.profile.freshness import enforce_freshness

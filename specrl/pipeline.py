@@ -176,7 +176,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     from specrl.models.build import build_pair
     from specrl.policies import default_policies, make_policy
     from specrl.profile import use_profile_threads
-    from specrl.profile.freshness import TOLERANCE, check_freshness
+    from specrl.profile.freshness import TOLERANCE, check_freshness, remeasure_command
     from specrl.report import (
         log_comparison,
         plot_buckets,
@@ -220,7 +220,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     else:
         _say(
             "  WARNING: "
-            + report.message(str(profile_path))
+            + report.message(str(profile_path), remeasure_command(pair))
             + " (or run `specrl demo --measure`). The surrogate figures below are this "
             "profile's; the live ones are this machine's now."
         )

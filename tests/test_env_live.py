@@ -109,8 +109,11 @@ def test_every_policy_commits_exactly_the_trace_tokens(micro_pair, streams):
 def test_profile_from_elsewhere_is_refused_unless_forced(micro_pair, streams):
     other = linear_profile(k_max=3)
     other.fingerprint = {**pair_fingerprint(micro_pair, k_max=3), "device": "cuda: elsewhere"}
-    with pytest.raises(SpecrlError, match=r"other hardware or another model pair.*--force"):
+    with pytest.raises(SpecrlError, match=r"other hardware or another model pair.*--force") as e:
         _env(micro_pair, streams=streams, reference_tokens_per_s=None, profile=other)
+    # The command that measures this pair (loaded by path), not the default small one.
+    t, d = micro_pair.target_path, micro_pair.draft_path
+    assert f"with `specrl profile --target {t} --draft {d} --out PROFILE.json`" in str(e.value)
     with pytest.warns(UserWarning, match="other hardware"):
         env = _env(
             micro_pair,
@@ -140,7 +143,10 @@ def test_stale_profile_is_refused_unless_forced(micro_pair, streams):
     stale = linear_profile(k_max=3, verify_base_s=0.4, verify_token_s=0.02)
     stale.fingerprint = pair_fingerprint(micro_pair, k_max=3)
     args = {"streams": streams, "reference_tokens_per_s": None, "profile": stale}
-    with pytest.raises(SpecrlError, match=r"differ from the profile's.*specrl profile --out"):
+    with pytest.raises(
+        SpecrlError,
+        match=r"differ from the profile's.*specrl profile --target .* --out PROFILE.json",
+    ):
         _env(micro_pair, **args)
     with pytest.warns(UserWarning, match=r"differ from the profile's by up to \d+%"):
         _env(micro_pair, force_profile=True, **args)

@@ -327,6 +327,21 @@ def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
     assert stale.format().splitlines()[2] == "| 1 | 0 | nan | 10.00 | 11.00 | 1.10 |"
 
 
+def test_the_remeasure_command_names_the_pair_it_measures():
+    from types import SimpleNamespace
+
+    from specrl.profile.freshness import remeasure_command
+
+    assert remeasure_command() == "specrl profile --out PROFILE.json"
+    default = SimpleNamespace(preset="micro", target_path="/c/micro/target", draft_path="/d")
+    assert remeasure_command(default) == "specrl profile --preset micro --out PROFILE.json"
+    mine = SimpleNamespace(preset=None, target_path="my dir/t", draft_path="org/draft")
+    assert remeasure_command(mine, "p 1.jsonl") == (
+        "specrl profile --target 'my dir/t' --draft org/draft --prompts 'p 1.jsonl' "
+        "--out PROFILE.json"
+    )
+
+
 def test_freshness_compares_each_cell_at_the_context_it_timed(micro_pair):
     from specrl.profile.costs import StepCosts
     from specrl.profile.freshness import check_freshness

@@ -22,6 +22,8 @@ class ModelPair:
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     target_path: str
     draft_path: str
+    preset: str | None = None
+    """The default pair's preset (:func:`load_default_pair`); None for a pair given by path."""
 
 
 def load_pair(
@@ -97,7 +99,9 @@ def load_default_pair(
 
     require_device(device)
     paths = build_pair(preset)
-    return load_pair(paths.target_path, paths.draft_path, device=device, dtype=dtype)
+    pair = load_pair(paths.target_path, paths.draft_path, device=device, dtype=dtype)
+    pair.preset = preset
+    return pair
 
 
 def _load_config(auto_config, path: str, role: str):

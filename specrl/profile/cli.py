@@ -9,7 +9,6 @@ measured on the held-out corpus or on your own prompts (``--prompts P.jsonl``, t
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from specrl.files import positive_ints
 
@@ -151,37 +150,28 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
     given to ``specrl profile``). Returns ``(pair, the command that re-measures it)``."""
     from specrl.errors import SpecrlError
     from specrl.models.pair import load_default_pair, load_pair
-
-    prompts = profile.meta.get("prompts", {}).get("file")
-    tail = (f" --prompts {shlex.quote(prompts)}" if prompts else "") + " --out PROFILE.json"
-
-    def by_ids(target, draft) -> str:
-        return f"specrl profile --target {shlex.quote(target)} --draft {shlex.quote(draft)}{tail}"
+    from specrl.profile.freshness import profile_prompts, remeasure_command
 
     if args.target or args.draft or args.preset:
         pair = _load_pair(args)
-        if args.target:
-            return pair, by_ids(args.target, args.draft)
-        return pair, f"specrl profile --preset {args.preset}{tail}"
-    preset = profile.meta.get("preset")
-    if preset:
+    elif preset := profile.meta.get("preset"):
         pair = load_default_pair(preset, device=args.device)
-        return pair, f"specrl profile --preset {preset}{tail}"
-    fp = profile.fingerprint
-    target, draft = fp.get("target_id"), fp.get("draft_id")
-    if not (target and draft):
-        raise SpecrlError(
-            f"{source} names no default preset and no target/draft; pass the pair it was "
-            "measured on: --target ID_OR_DIR --draft ID_OR_DIR"
-        )
-    try:
-        pair = load_pair(target, draft, device=args.device)
-    except SpecrlError as err:
-        raise SpecrlError(
-            f"{err}. {source} was measured on target {target}, draft {draft}; where they are "
-            "elsewhere now, pass --target and --draft"
-        ) from None
-    return pair, by_ids(target, draft)
+    else:
+        fp = profile.fingerprint
+        target, draft = fp.get("target_id"), fp.get("draft_id")
+        if not (target and draft):
+            raise SpecrlError(
+                f"{source} names no default preset and no target/draft; pass the pair it was "
+                "measured on: --target ID_OR_DIR --draft ID_OR_DIR"
+            )
+        try:
+            pair = load_pair(target, draft, device=args.device)
+        except SpecrlError as err:
+            raise SpecrlError(
+                f"{err}. {source} was measured on target {target}, draft {draft}; where they "
+                "are elsewhere now, pass --target and --draft"
+            ) from None
+    return pair, remeasure_command(pair, profile_prompts(profile))
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -85,8 +85,17 @@ def pair_fingerprint(pair, *, k_max: int, device: str = "cpu") -> dict:
     }
 
 
-def check_compatible(profile, fingerprint: dict, *, force: bool = False, source: str = "") -> None:
-    """Refuse ``profile`` for an engine with ``fingerprint`` unless they match.
+def check_compatible(
+    profile,
+    fingerprint: dict,
+    *,
+    force: bool = False,
+    source: str = "",
+    remeasure: str = "specrl profile --out PROFILE.json",
+) -> None:
+    """Refuse ``profile`` for an engine with ``fingerprint`` unless they match; the refusal
+    names ``remeasure``, the command that measures this engine's pair
+    (:func:`specrl.profile.freshness.remeasure_command`).
 
     Device or weights differ: :class:`SpecrlError`, or a warning with ``force=True``.
     Library versions or torch's thread count differ: a warning. The engine's ``k_max`` beyond
@@ -105,7 +114,7 @@ def check_compatible(profile, fingerprint: dict, *, force: bool = False, source:
         detail = "; ".join(f"{k}: {theirs.get(k)!r} vs here {fingerprint.get(k)!r}" for k in hard)
         message = (
             f"{where} was measured on other hardware or another model pair ({detail}); "
-            "measure this machine with `specrl profile --out PROFILE.json`, or force it "
+            f"measure this machine with `{remeasure}`, or force it "
             "(--force / force_profile=True) to use it anyway"
         )
         if not force:

@@ -22,6 +22,31 @@ CHECK_BATCHES = (1, 8, 64)
 """Batch sizes timed (those of the profile's grid; the largest grid size if none is)."""
 CHECK_ROUNDS = 2
 REMEASURE = "specrl profile --out PROFILE.json"
+"""The command that measures the default pair (see :func:`remeasure_command` for others)."""
+
+
+def remeasure_command(pair=None, prompts: str | None = None) -> str:
+    """The ``specrl profile`` command that measures ``pair`` (a ``ModelPair``): ``--preset``
+    for a default pair, ``--target``/``--draft`` for one loaded by path, and ``--prompts``
+    where a profile was measured on a prompts file (paths shell-quoted)."""
+    import shlex
+
+    cmd = "specrl profile"
+    if pair is not None and getattr(pair, "preset", None):
+        cmd += f" --preset {pair.preset}"
+    elif pair is not None and getattr(pair, "target_path", None):
+        cmd += (
+            f" --target {shlex.quote(str(pair.target_path))}"
+            f" --draft {shlex.quote(str(pair.draft_path))}"
+        )
+    if prompts:
+        cmd += f" --prompts {shlex.quote(str(prompts))}"
+    return cmd + " --out PROFILE.json"
+
+
+def profile_prompts(profile) -> str | None:
+    """The prompts file ``profile`` was measured on (``meta.prompts.file``), if any."""
+    return (profile.meta.get("prompts") or {}).get("file")
 
 
 @dataclass
@@ -197,7 +222,8 @@ def enforce_freshness(
     with ``force=True``."""
     report = check_freshness(profile, pair, device=device)
     if not report.fresh:
+        message = report.message(source, remeasure_command(pair, profile_prompts(profile)))
         if not force:
-            raise SpecrlError(report.message(source) + ", or pass --force to use it anyway")
-        warnings.warn(report.message(source), category=SpecrlWarning, stacklevel=2)
+            raise SpecrlError(message + ", or pass --force to use it anyway")
+        warnings.warn(message, category=SpecrlWarning, stacklevel=2)
     return report
