@@ -109,10 +109,16 @@ class SpecEnvBase(gym.Env):
     def _check_trace(self, trace: Trace) -> None:
         longest = trace.max_request_len
         if longest > self.max_len:
+            i = next(
+                i
+                for i, r in enumerate(trace.requests)
+                if r.prompt_len + r.max_new_tokens == longest
+            )
             raise SpecrlError(
-                f"trace {trace.name!r}: a request needs {longest} tokens (prompt_len + "
-                f"max_new_tokens) but max_len is {self.max_len}; raise max_len or shorten "
-                "prompt_lengths/output_lengths"
+                f"trace {trace.name!r}: requests[{i}] needs {longest} tokens (prompt_len + "
+                f"max_new_tokens) but max_len is {self.max_len}; raise max_len (--max-len), or "
+                "shorten that request (a preset draws its requests within prompt_lengths and "
+                "output_lengths)"
             )
 
     # ------------------------------------------------------------------ gymnasium API

@@ -165,11 +165,14 @@ class SurrogateSpecEnv(SpecEnvBase):
         largest = prof.batch_sizes[-1]
         if self.max_batch > largest and (largest, self.max_batch) not in _warned_extrapolation:
             _warned_extrapolation.add((largest, self.max_batch))
-            how = "extended linearly from its last two" if len(prof.batch_sizes) > 1 else "its"
+            how = "extended linearly from its last two"
+            if len(prof.batch_sizes) == 1:
+                how = f"held at batch {largest}'s"
             warnings.warn(
                 f"the profile measured batch sizes up to {largest}; at max_batch="
-                f"{self.max_batch} larger batches' step times are {how}. Measure up to {self.max_batch} with `specrl profile --batch-sizes "
-                f"...,{self.max_batch}`, or lower max_batch",
+                f"{self.max_batch} larger batches' step times are {how}. Measure up to "
+                f"{self.max_batch} with `specrl profile --batch-sizes ...,{self.max_batch}`, or "
+                "lower max_batch",
                 category=SpecrlWarning,
                 stacklevel=3,
             )

@@ -357,8 +357,16 @@ def make_env(args: argparse.Namespace):
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, default_profile_path
     from specrl.profile import load_profile
 
+    from specrl.workload import is_preset
+
     workload_kwargs = {"peak": args.max_batch}
     if args.n_requests:
+        if not is_preset(args.workload):
+            raise SpecrlError(
+                f"--n-requests draws a preset's trace; {args.workload} replays the requests it "
+                "holds: drop --n-requests (or write a trace of that many with `specrl workload "
+                "--n-requests N`)"
+            )
         workload_kwargs["n_requests"] = args.n_requests
     profile = load_profile(args.profile or default_profile_path())
     common = {

@@ -236,6 +236,22 @@ def test_an_unknown_workload_names_the_presets_and_trace_files():
         _env(workload="busy")
 
 
+def test_n_requests_with_a_trace_file_is_refused(tmp_path, capsys):
+    from specrl.cli import main
+    from specrl.workload import preset_trace
+
+    path = tmp_path / "t.json"
+    preset_trace("ramp", n_requests=4, peak=4).save(path)
+    args = ["compare", "--workload", str(path), "--policies", "off", "--episodes", "1"]
+    assert main([*args, "--n-requests", "2"]) == 2
+    assert capsys.readouterr().err == (
+        f"specrl: error: --n-requests draws a preset's trace; {path} replays the requests it "
+        "holds: drop --n-requests (or write a trace of that many with `specrl workload "
+        "--n-requests N`)\n"
+    )
+    assert main(args) == 0
+
+
 class _Recorder:
     """Wraps a policy; logs (name, episode_start) for every first step of an episode."""
 

@@ -171,7 +171,7 @@ def test_bad_input_names_the_field(tmp_path):
     long = preset_trace(
         "steady-1", n_requests=2, output_lengths=LengthDist(median=900, sigma=0, lo=900, hi=900)
     )
-    with pytest.raises(SpecrlError, match=r"needs 9\d\d tokens.*max_len is 384"):
+    with pytest.raises(SpecrlError, match=r"requests\[0\] needs 9\d\d tokens.*max_len is 384; "):
         _env(workload=long)
     with pytest.raises(SpecrlError, match=r"workload 'busy'.*preset"):
         _env(workload="busy")

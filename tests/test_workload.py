@@ -136,6 +136,23 @@ def _write(tmp_path, obj) -> str:
         (lambda t: t["requests"][0].update(top_p=1.5), r"requests\[0\]\.top_p: must be in"),
         (lambda t: t["requests"][0].pop("temperature"), r"requests\[0\].*'temperature'"),
         (lambda t: t["sampling"].update(hot=1.0), r"sampling: unknown setting 'hot'"),
+        (
+            lambda t: t["requests"][0].update(max_new_tokens=30.0),
+            r"requests\[0\]\.max_new_tokens: expected an integer, got float 30\.0$",
+        ),
+        (
+            lambda t: t["requests"].__setitem__(0, [1, 2]),
+            r"requests\[0\]: expected an object with field 'domain', got list$",
+        ),
+        (
+            lambda t: t.pop("prompt_lengths"),
+            r"bad\.json\.prompt_lengths: missing; a trace records the length distribution",
+        ),
+        (
+            lambda t: t.update(domains={"code": 1.0, "prose": 0.0}),
+            r"requests\[\d\]\.domain: 'prose' has no weight in .*bad\.json\.domains",
+        ),
+        (lambda t: t["domains"].update(prose=0.0, code=0.0, hard=0), r"domains: give at least"),
     ],
 )
 def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, message):
@@ -150,8 +167,12 @@ def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, m
 def test_missing_or_non_json_trace_file(tmp_path):
     with pytest.raises(SpecrlError, match=r"not found.*specrl workload"):
         load_trace(tmp_path / "nope.json")
-    with pytest.raises(SpecrlError, match="not valid JSON"):
+    with pytest.raises(SpecrlError, match="not valid JSON") as err:
         load_trace(_write(tmp_path, "{not json"))
+    # The remedy never writes over the user's own file.
+    assert str(err.value).endswith(
+        "; fix it, or write one with `specrl workload --preset ramp --out TRACE.json`"
+    )
     with pytest.raises(SpecrlError, match="not a specrl trace"):
         load_trace(_write(tmp_path, {"format": "other"}))
 

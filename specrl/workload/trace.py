@@ -531,23 +531,49 @@ def preset_trace(
 # Loading and validation: a trace that fails any check is rejected whole.
 
 
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def _kind_name(kind: type | tuple) -> str:
+    kinds = set(kind) if isinstance(kind, tuple) else {kind}
+    if kinds == {int, float}:
+        return "a number"
+    return " or ".join(sorted(_KIND_NAMES.get(k, k.__name__) for k in kinds))
+
+
 def _field(obj: Mapping, key: str, kind: type | tuple, where: str):
-    if not isinstance(obj, Mapping) or key not in obj:
+    if not isinstance(obj, Mapping):
+        raise SpecrlError(
+            f"{where}: expected an object with field {key!r}, got {type(obj).__name__}"
+        )
+    if key not in obj:
         raise SpecrlError(f"{where}: missing field {key!r}")
     value = obj[key]
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise SpecrlError(f"{where}.{key}: expected {kind}, got {type(value).__name__}")
+        raise SpecrlError(
+            f"{where}.{key}: expected {_kind_name(kind)}, got {type(value).__name__} {value!r}"
+        )
     return value
 
 
 def _length_dist(obj, where: str) -> LengthDist:
-    try:
-        return LengthDist(
-            median=float(_field(obj, "median", (int, float), where)),
-            sigma=float(_field(obj, "sigma", (int, float), where)),
-            lo=_field(obj, "lo", int, where),
-            hi=_field(obj, "hi", int, where),
+    if obj is None:
+        raise SpecrlError(
+            f"{where}: missing; a trace records the length distribution its requests were "
+            'drawn from, {"median": M, "sigma": S, "lo": LO, "hi": HI} (a hand-written '
+            "trace can give its requests' median, 0, min and max)"
         )
+    median = float(_field(obj, "median", (int, float), where))
+    sigma = float(_field(obj, "sigma", (int, float), where))
+    lo, hi = _field(obj, "lo", int, where), _field(obj, "hi", int, where)
+    try:
+        return LengthDist(median=median, sigma=sigma, lo=lo, hi=hi)
     except SpecrlError as err:
         raise SpecrlError(f"{where}: {err}") from None
 
@@ -587,7 +613,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         fmt=TRACE_FORMAT,
         version=READABLE_VERSIONS,
         what="specrl trace",
-        remake=f"regenerate it with `specrl workload --preset NAME --out {source}`",
+        remake="regenerate it with `specrl workload --preset NAME --out TRACE.json`",
     )
     check_known_keys(obj, TRACE_KEYS, source)
     name = _field(obj, "name", str, source)
@@ -600,6 +626,8 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
             raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {known}")
         if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
             raise SpecrlError(f"{source}.domains.{d}: weight must be a number >= 0")
+    if not any(w > 0 for w in domains.values()):
+        raise SpecrlError(f"{source}.domains: give at least one domain a weight > 0")
     v1 = obj["version"] == 1
     sampling = {"greedy": 1.0} if v1 else _field(obj, "sampling", dict, source)
     for c, w in sampling.items():
@@ -647,6 +675,12 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
         check_known_keys(r, REQUEST_KEYS, where)
         if domain not in known:
             raise SpecrlError(f"{where}.domain: unknown domain {domain!r}; known: {known}")
+        if not domains.get(domain, 0) > 0:
+            raise SpecrlError(
+                f"{where}.domain: {domain!r} has no weight in {source}.domains "
+                f"({json.dumps(domains)}), which says what the requests are drawn from; give "
+                "it one"
+            )
         offset = _field(r, "offset", int, where)
         plen = _field(r, "prompt_len", int, where)
         olen = _field(r, "max_new_tokens", int, where)
@@ -687,5 +721,7 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
 
 def load_trace(path: str | Path) -> Trace:
     """Read and validate a JSON trace written by :meth:`Trace.save`."""
-    obj = read_json(path, "trace", f"write one with `specrl workload --preset ramp --out {path}`")
+    obj = read_json(
+        path, "trace", "fix it, or write one with `specrl workload --preset ramp --out TRACE.json`"
+    )
     return trace_from_json(obj, source=str(path))
