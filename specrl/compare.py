@@ -356,7 +356,6 @@ def make_env(args: argparse.Namespace):
     """The env ``args`` ask for, and the profile it uses."""
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, default_profile_path
     from specrl.profile import load_profile
-
     from specrl.workload import is_preset
 
     workload_kwargs = {"peak": args.max_batch}
