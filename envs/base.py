@@ -8,6 +8,7 @@ will decode) and ``_queued()``. Requests are admitted in submission order in bot
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from pathlib import Path
 from typing import NamedTuple
@@ -66,6 +67,18 @@ def resolve_workload(workload, *, peak: int, workload_kwargs: dict | None) -> Tr
         f"workload {workload!r} is neither a preset ({', '.join(PRESETS)}, or steady-N for "
         "any N) nor a trace file (.json, from `specrl workload`)"
     )
+
+
+def _action_k(action) -> int | None:
+    """K from an action: an integer, or a one-element integer array (as a VecEnv's slice
+    gives); None for anything else (a float K is refused rather than truncated)."""
+    try:
+        return operator.index(action)
+    except TypeError:
+        arr = np.asarray(action)
+        if arr.size == 1 and np.issubdtype(arr.dtype, np.integer):
+            return int(arr.reshape(()))
+        return None
 
 
 class SpecEnvBase(gym.Env):
@@ -166,9 +179,10 @@ class SpecEnvBase(gym.Env):
     def step(self, action):
         if self._driver is None:
             raise SpecrlError("call reset() before step()")
-        k = int(action)
-        if not 0 <= k <= self.k_max:
-            raise SpecrlError(f"action {action!r} is outside 0..{self.k_max} (k_max)")
+        k = _action_k(action)
+        if k is None or not 0 <= k <= self.k_max:
+            shown = repr(action) if k is None else k
+            raise SpecrlError(f"action {shown}: K must be an integer in 0..{self.k_max} (k_max)")
         served = self._serve(k)
         driver = self._driver
         first_token_s = driver.clock_s + served.prefill_seconds

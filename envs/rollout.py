@@ -64,7 +64,11 @@ def run_episode(
     while not done and (max_steps is None or result.steps < max_steps):
         action, _ = policy.predict(obs, episode_start=start, deterministic=True)
         start = np.zeros(1, dtype=bool)
-        obs, reward, terminated, truncated, info = env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except SpecrlError as err:
+            name = getattr(policy, "name", type(policy).__name__)
+            raise SpecrlError(f"policy {name} at step {result.steps}: {err}") from None
         done = terminated or truncated
         result.episode_return += float(reward)
         result.tokens += info["committed"]

@@ -244,6 +244,12 @@ def compare_policies(
 
     if episodes < 1:
         raise SpecrlError(f"--episodes must be >= 1, got {episodes}")
+    for p in policies:
+        if not isinstance(getattr(p, "name", None), str) or not p.name:
+            raise SpecrlError(
+                f"a {type(p).__name__} policy has no name; set self.name, the short label "
+                "result tables and wandb runs use"
+            )
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise SpecrlError(f"policies repeat a name: {names}; list each policy once")

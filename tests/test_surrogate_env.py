@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import specrl  # noqa: F401  (registers the ids)
+from specrl.compare import compare_policies
 from specrl.envs import SurrogateSpecEnv, run_episode
 from specrl.errors import SpecrlError
 from specrl.policies import BatchThreshold, FixedK
@@ -177,8 +178,27 @@ def test_bad_input_names_the_field(tmp_path):
         _env(workload="busy")
     env = _env()
     env.reset(seed=0)
-    with pytest.raises(SpecrlError, match=r"action 5 is outside 0..4"):
-        env.step(5)
+    for bad in (5, -1, 2.7, np.float32(2.0), np.array([1, 2]), "2"):
+        with pytest.raises(SpecrlError, match=r"action .*: K must be an integer in 0\.\.4"):
+            env.step(bad)
+    for good in (np.int64(2), np.array([3]), np.array(1, dtype=np.int32)):
+        *_, info = env.step(good)
+        assert info["k"] == int(np.asarray(good).reshape(()))
+
+    class Wild:
+        name = "wild"
+
+        def predict(self, obs, state=None, episode_start=None, deterministic=False):
+            return np.int64(9), state
+
+    with pytest.raises(SpecrlError, match=r"^policy wild at step 0: action 9: K must be"):
+        run_episode(env, Wild(), seed=0)
+
+    class NoName(Wild):
+        name = None
+
+    with pytest.raises(SpecrlError, match="a NoName policy has no name; set self.name"):
+        compare_policies(env, [NoName()], seed=0)
 
 
 def test_time_per_output_token_is_the_decode_step_time():
