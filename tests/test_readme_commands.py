@@ -140,3 +140,20 @@ def test_every_inline_experiment_command_names_real_options(name):
         if unknown := _unknown_options(parser, words):
             failed.append(f"{span}: {', '.join(unknown)}")
     assert not failed, "README inline commands with unknown options:\n" + "\n".join(failed)
+
+
+def test_the_readme_own_controller_snippet_runs_beside_the_baselines():
+    start = README.index("class Mine(KPolicy)")
+    block = README[
+        README.rindex("```python", 0, start) + len("```python") : README.index("```", start)
+    ]
+    scope: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(block, "README.md", "exec"), scope)
+    report = scope["report"]
+    assert [r.policy for r in report.results] == ["off", "K=2", "goodput", "mine"]
+    mine = report.result("mine")
+    # It drafts 3 at small batches and stops at large ones, as written.
+    assert mine.k_share["3"] > 0 and mine.k_share["0"] > 0
+    assert set(k for k, share in mine.k_share.items() if share > 0) == {"0", "3"}
+    assert "| mine |" in out.getvalue()
