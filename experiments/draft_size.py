@@ -23,6 +23,10 @@ from pathlib import Path
 
 from args import script_main
 
+from specrl.train import TrainConfig
+
+DEFAULT = TrainConfig()
+
 
 @dataclass
 class Args:
@@ -43,7 +47,13 @@ class Args:
     threads: int = 1
     """torch threads while profiling (the profile holds at this count)."""
     total_timesteps: int = 50_000
-    """PPO env steps per preset."""
+    """PPO env steps per preset (PPO trains whole rollouts of n_envs x n_steps)."""
+    n_envs: int = DEFAULT.n_envs
+    """Training envs stepped together."""
+    n_steps: int = DEFAULT.n_steps
+    """Steps per env per rollout."""
+    batch_size: int = DEFAULT.batch_size
+    """PPO minibatch size."""
     workloads: tuple[str, ...] = ("ramp", "day", "bursts", "mixed")
     """Workloads of the comparison."""
     episodes: int = 2
@@ -85,7 +95,7 @@ def run(args: Args) -> dict:
     from specrl.policies import default_policies
     from specrl.profile.measure import measure_profile
     from specrl.report import log_comparison, plot_table
-    from specrl.train import TrainConfig, train
+    from specrl.train import train
     from specrl.train.export import checked_table
 
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
@@ -112,17 +122,20 @@ def run(args: Args) -> dict:
         profile_path = where / "profile.json"
         profile.save(profile_path)
         del pair
-        print(f"{preset}: PPO, {args.total_timesteps:,} steps")
+        print(f"{preset}: PPO, --total-timesteps {args.total_timesteps:,}")
         config = TrainConfig(
             out=str(where / "run"),
             total_timesteps=args.total_timesteps,
             profile=str(profile_path.resolve()),
             max_batch=max_batch,
             n_requests=args.n_requests or None,
+            n_envs=args.n_envs,
+            n_steps=args.n_steps,
+            batch_size=args.batch_size,
             eval_every=min(25_000, args.total_timesteps),
             wandb=args.wandb,
         )
-        train(config)
+        print(f"{preset}: PPO trained {train(config).num_timesteps:,} steps")
         table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
         table.save(where / "table.json")
         plot_table(table, where / "table.png")

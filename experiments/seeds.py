@@ -115,11 +115,17 @@ def train_or_continue(config: TrainConfig) -> str:
 
 def run(args: Args) -> dict:
     from specrl.compare import compare_surrogate
+    from specrl.errors import SpecrlError
     from specrl.policies import default_policies
     from specrl.profile import load_profile
     from specrl.report import log_comparison
     from specrl.train.export import checked_table
 
+    if len(set(args.seeds)) != len(args.seeds):
+        raise SpecrlError(
+            f"--seeds {','.join(map(str, args.seeds))} repeats a seed: a repeat is the same run "
+            "again, and its spread would read 0; give distinct seeds"
+        )
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
     per_seed: dict[int, dict[str, dict[str, float]]] = {}

@@ -144,6 +144,10 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
     assert seeds.main(longer) == 2
     assert "another total_timesteps" in capsys.readouterr().err
     assert (out / "seed-0" / "run" / "model.zip").read_bytes() == before
+    # A repeated seed would read a spread of 0: refused before anything runs.
+    repeated = [*args[: args.index("--seeds") + 1], "0,0"] + args[args.index("--seeds") + 2 :]
+    assert seeds.main(repeated) == 2
+    assert "--seeds 0,0 repeats a seed" in capsys.readouterr().err
 
 
 def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
@@ -178,7 +182,7 @@ def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     assert seeds.train_or_continue(config) == "reused"
 
 
-def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path):
+def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
     draft_size = load("draft_size")
     out = tmp_path / "drafts"
     args = [
@@ -192,8 +196,16 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path):
         "16",
         "--reps",
         "1",
+        "--acceptance-rows",
+        "8",
         "--total-timesteps",
         "256",
+        "--n-envs",
+        "2",
+        "--n-steps",
+        "64",
+        "--batch-size",
+        "64",
         "--workloads",
         "ramp",
         "--episodes",
@@ -204,6 +216,7 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path):
         "disabled",
     ]
     assert draft_size.main(args) == 0
+    assert "micro: PPO trained 256 steps" in capsys.readouterr().out
     results = json.loads((out / "draft_size.json").read_text())
     assert results["micro"]["draft_layers"] == 1 and results["micro-draft3"]["draft_layers"] == 3
     assert results["micro-draft3"]["draft_params"] > results["micro"]["draft_params"]

@@ -644,7 +644,10 @@ def test_two_wandb_runs_in_one_process(tmp_path, profile_path):
             tiny(tmp_path / name, profile_path, total_timesteps=128, wandb="offline"),
             progress=False,
         )
-        assert len(list((tmp_path / name / "wandb").glob("offline-run-*"))) == 1
+        runs = list((tmp_path / name / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1
+        # Named by the run directory and its parent, as seeds.py's seed-0/run, seed-1/run.
+        assert read_run(runs[0]).name == f"{tmp_path.name}/{name}"
 
 
 # ----------------------------------------------------------------------------- the script
@@ -957,3 +960,12 @@ def test_the_demo_reuses_its_cached_run_only_if_trained_with_the_same_settings(
     (run_dir / "config.json").write_text(json.dumps({**config, "reference_floor": False}))
     assert _train(profile_path, options, cache) == (run_dir, "trained")
     assert load_config(run_dir).reference_floor is True
+
+
+def test_total_timesteps_short_of_a_whole_rollout_warns_what_trains(tmp_path, profile_path):
+    from specrl.errors import SpecrlWarning
+
+    # tiny: 2 envs x 64 steps = 128 a rollout; SB3 stops PPO only between rollouts.
+    with pytest.warns(SpecrlWarning, match=r"= 128 steps, so total_timesteps 200 trains 256$"):
+        result = train(tiny(tmp_path / "run", profile_path, total_timesteps=200), progress=False)
+    assert result.num_timesteps == 256

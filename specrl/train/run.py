@@ -1074,7 +1074,8 @@ def _start_wandb(config: TrainConfig, run_dir: Path, wandb_id: str | None, tenso
     try:
         return wandb.init(
             project="specrl",
-            name=run_dir.name,
+            # The run directory and its parent: experiments name runs seed-0/run, micro/run.
+            name="/".join(run_dir.resolve().parts[-2:]),
             id=wandb_id,
             resume="allow" if wandb_id else None,
             mode=config.wandb,
@@ -1130,6 +1131,16 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
     torch.set_num_threads(config.torch_threads)
     profile, profile_path = _load_run_profile(config)
     check_request_lengths(config, profile)
+    rollout = config.n_envs * config.n_steps
+    if config.total_timesteps % rollout:
+        # SB3 ends PPO only between whole rollouts; say so rather than train silently more.
+        steps = -(-config.total_timesteps // rollout) * rollout
+        warnings.warn(
+            f"PPO collects whole rollouts of n_envs x n_steps = {rollout:,} steps, so "
+            f"total_timesteps {config.total_timesteps:,} trains {steps:,}",
+            category=SpecrlWarning,
+            stacklevel=2,
+        )
     reference = new_reference(config, profile)
     vec_env = _make_vec_env(config, profile, reference)
     if checkpoint is not None:
