@@ -225,8 +225,9 @@ class SurrogateSpecEnv(SpecEnvBase):
         if missing:
             raise SpecrlError(
                 f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "
-                "profile has no acceptance for (profile field 'acceptance'); measure them or "
-                "drop them from the trace"
+                "profile has no acceptance for (profile field 'acceptance'); measure them "
+                "(a trace of a prompts file: `specrl profile --prompts THAT_FILE.jsonl --out "
+                "PROFILE.json`, then pass that profile) or drop them from the trace"
             )
 
     # ------------------------------------------------------------------ the simulated server

@@ -80,10 +80,14 @@ def crossover(profile) -> int | None:
     return None
 
 
-def table_k_by_batch(table, acceptance: float) -> dict[int, int]:
-    """The table's K at ``acceptance`` for each bucket's first batch size."""
+def table_k_by_batch(table, acceptance: float) -> dict[str, int]:
+    """The table's K at ``acceptance`` for each of its batch ranges, keyed ``"lo-hi"`` (``"lo"``
+    for a range of one size): a table's ranges are its own, not the profile's grid."""
     column = table.acceptance_bin(acceptance)
-    return {lo: table.cell(b)[column] for b, (lo, _) in enumerate(table.batch_buckets)}
+    return {
+        (f"{lo}" if lo == hi else f"{lo}-{hi}"): table.cell(b)[column]
+        for b, (lo, hi) in enumerate(table.batch_buckets)
+    }
 
 
 def run(args: Args) -> dict:

@@ -223,6 +223,10 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
     for preset in ("micro", "micro-draft3"):
         r = results[preset]
         assert set(r["best_k_by_batch"]) == {"1", "2"}
+        # The table's own batch ranges, which cover 1..max_batch (2 here).
+        ranges = [tuple(map(int, key.split("-"))) for key in r["table_k_by_batch"]]
+        assert ranges[0][0] == 1 and ranges[-1][-1] == 2
+        assert all(0 <= k <= 4 for k in r["table_k_by_batch"].values())
         assert r["crossover_batch"] in (None, 1, 2)
         assert 0 < r["mean_acceptance"] <= 1 and r["table_over_best_static"]["ramp"] > 0
         assert (out / preset / "table.json").is_file()
