@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -968,4 +969,9 @@ def test_total_timesteps_short_of_a_whole_rollout_warns_what_trains(tmp_path, pr
     # tiny: 2 envs x 64 steps = 128 a rollout; SB3 stops PPO only between rollouts.
     with pytest.warns(SpecrlWarning, match=r"= 128 steps, so total_timesteps 200 trains 256$"):
         result = train(tiny(tmp_path / "run", profile_path, total_timesteps=200), progress=False)
+    assert result.num_timesteps == 256
+    # Within 10% of what was asked (the defaults: 200,000 train 200,704): no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpecrlWarning)
+        result = train(tiny(tmp_path / "b", profile_path, total_timesteps=240), progress=False)
     assert result.num_timesteps == 256
