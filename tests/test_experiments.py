@@ -17,6 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = ("train_ppo", "compare", "seeds")
 
 
+TINY_ROLLOUT = ("--n-envs", "2", "--n-steps", "64", "--batch-size", "64")
+"""PPO rollouts of 128 steps: a 256-step run trains 256."""
+
+
 def load(name: str):
     sys.path.insert(0, str(REPO / "experiments"))
     try:
@@ -107,12 +111,7 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
         "8",
         "--n-requests",
         "8",
-        "--n-envs",
-        "2",
-        "--n-steps",
-        "64",
-        "--batch-size",
-        "64",
+        *TINY_ROLLOUT,
         "--net-arch",
         "8",
         "--eval-every",
@@ -200,12 +199,7 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
         "8",
         "--total-timesteps",
         "256",
-        "--n-envs",
-        "2",
-        "--n-steps",
-        "64",
-        "--batch-size",
-        "64",
+        *TINY_ROLLOUT,
         "--workloads",
         "ramp",
         "--episodes",
