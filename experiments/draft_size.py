@@ -83,10 +83,11 @@ def crossover(profile) -> int | None:
 def table_k_by_batch(table, acceptance: float) -> dict[str, int]:
     """The table's K at ``acceptance`` for each of its batch ranges, keyed ``"lo-hi"`` (``"lo"``
     for a range of one size): a table's ranges are its own, not the profile's grid."""
+    from specrl.features import range_label
+
     column = table.acceptance_bin(acceptance)
     return {
-        (f"{lo}" if lo == hi else f"{lo}-{hi}"): table.cell(b)[column]
-        for b, (lo, hi) in enumerate(table.batch_buckets)
+        range_label(lo, hi): table.cell(b)[column] for b, (lo, hi) in enumerate(table.batch_buckets)
     }
 
 

@@ -2,8 +2,9 @@
 # The engine on a CUDA machine, prepared in advance so a lent GPU is used without setup:
 # the engine, runner and sampler tests on the GPU, the engine benchmark, then a hardware
 # profile of the default pair (`specrl profile --device cuda`) and its table: at most about
-# ten minutes (the three steps time out after 150, 120 and 300 s). Figures land in $OUT (default: gpu_check_out/ in the repository root; the script
-# works from there, so a relative OUT is under it too).
+# ten minutes (the three steps time out after 150, 120 and 300 s). Figures land in $OUT
+# (default: gpu_check_out/ in the repository root; the script works from there, so a
+# relative OUT is under it too).
 # Offline: it installs nothing that imports already. specrl itself is installed (editable,
 # no dependencies, no index, no build isolation) only when it does not import from this
 # checkout; PYTHONPATH=. alone would not do, since specrl.envs and specrl.policies live in

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.features import batch_bucket, bucket_labels
+from specrl.features import batch_bucket, bucket_bounds, bucket_labels
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
@@ -87,16 +87,21 @@ class ComparisonReport:
         in the steps of that bucket."""
         static = [r for r in self.results if _STATIC.match(r.policy)]
         out = {}
-        for label in self.bucket_labels():
+        for label in self.reached_buckets():
             rated = [r for r in static if label in r.bucket_tokens_per_s]
             if rated:
                 out[label] = max(rated, key=lambda r: r.bucket_tokens_per_s[label]).policy
         return out
 
+    def reached_buckets(self) -> list[str]:
+        """The buckets any policy reached, in order of batch size."""
+        reached = {b for r in self.results for b in r.bucket_tokens_per_s}
+        return sorted(reached, key=bucket_bounds)
+
     def bucket_labels(self) -> list[str]:
         """:data:`~specrl.features.BUCKET_LABELS`, then any bucket past 128 rows a policy
-        reached (:func:`~specrl.features.bucket_labels`)."""
-        return bucket_labels({b for r in self.results for b in r.bucket_tokens_per_s})
+        reached (:func:`~specrl.features.bucket_labels`): the CSV's and wandb's keys."""
+        return bucket_labels(self.reached_buckets())
 
     def result(self, policy: str) -> PolicyResult | None:
         return next((r for r in self.results if r.policy == policy), None)
@@ -127,9 +132,7 @@ class ComparisonReport:
     def format(self) -> str:
         """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT."""
         best, off = self.best_static, self.result("off")
-        buckets = [
-            b for b in self.bucket_labels() if any(b in r.bucket_tokens_per_s for r in self.results)
-        ]
+        buckets = self.reached_buckets()
         spread = best is not None and self.episodes > 1
         head = ["policy", "tokens/s", "/ best static"]
         head += ["min-max per episode"] if spread else []
@@ -207,7 +210,7 @@ def summarize(policy: str, episodes: list, k_max: int) -> PolicyResult:
             k_steps[k] += 1
             steps += 1
     tpot = [x for e in episodes for x in e.request_tpot_s]
-    rated = [label for label in bucket_labels(by_bucket) if by_bucket.get(label, [0, 0])[1] > 0]
+    rated = [label for label in sorted(by_bucket, key=bucket_bounds) if by_bucket[label][1] > 0]
     return PolicyResult(
         policy=policy,
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,

@@ -27,7 +27,14 @@ NEVER_MEASURED = 2**31 - 1
 probes on its first step instead of running blind until the probe interval has passed."""
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 """Rows decoded per step, grouped as comparisons report them (inclusive bounds)."""
-BUCKET_LABELS = tuple(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in BATCH_BUCKETS)
+
+
+def range_label(lo: int, hi: int) -> str:
+    """``"lo-hi"``, or ``"lo"`` for a range of one batch size (inverse: :func:`bucket_bounds`)."""
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+BUCKET_LABELS = tuple(range_label(lo, hi) for lo, hi in BATCH_BUCKETS)
 
 
 def drafted_acceptance(a: float, k: int) -> float:
@@ -84,7 +91,7 @@ def batch_bucket(batch: int) -> str:
     if batch < 1:
         return "0"
     hi = 1 << (batch - 1).bit_length()
-    return f"{hi // 2 + 1}-{hi}"
+    return range_label(hi // 2 + 1, hi)
 
 
 def bucket_bounds(label: str) -> tuple[int, int]:

@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.profile.freshness import REMEASURE
 
 HARD_KEYS = ("device", "target_sha256", "draft_sha256")
 SOFT_KEYS = ("torch", "transformers", "threads")
@@ -91,7 +92,7 @@ def check_compatible(
     *,
     force: bool = False,
     source: str = "",
-    remeasure: str = "specrl profile --out PROFILE.json",
+    remeasure: str = REMEASURE,
 ) -> None:
     """Refuse ``profile`` for an engine with ``fingerprint`` unless they match; the refusal
     names ``remeasure``, the command that measures this engine's pair

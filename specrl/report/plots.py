@@ -36,8 +36,7 @@ def buckets_figure(report: ComparisonReport):
     order (a policy that never reached a bucket has no point there)."""
     from matplotlib.figure import Figure
 
-    reached = {b for r in report.results for b in r.bucket_tokens_per_s}
-    labels = [b for b in report.bucket_labels() if b in reached]
+    labels = report.reached_buckets()
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     for r in report.results:
