@@ -10,7 +10,8 @@ per seed and workload).
 
 Run again with the same ``--out`` after an interruption: a seed whose run finished is reused,
 one that was stopped continues from its last checkpoint (``specrl train --resume``), and a
-run made with other training arguments is refused.
+run made with other training arguments is refused. A comparison already logged to wandb with
+the same figures is not logged again (``OUT/seed-<s>/wandb-logged.json``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
 RATIOS = ("best_static", "oracle", "goodput", "off", "min_bucket_off")
+LOGGED_FILE = "wandb-logged.json"
+"""Per seed: the group, mode and ratios of the comparison logged to wandb, and its runs. A
+re-run whose comparison reads the same does not log a second copy into the group."""
 
 
 @dataclass
@@ -87,6 +91,16 @@ def ratios(report, table_name: str) -> dict[str, float]:
         mine.bucket_tokens_per_s[b] / off.bucket_tokens_per_s[b] for b in shared
     )
     return out
+
+
+def _read_json(path: Path) -> dict | None:
+    """The marker's fields but its run list, or None where there is none (or it is unreadable:
+    the comparison is then logged again)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: v for k, v in data.items() if k != "runs"} if isinstance(data, dict) else None
 
 
 def train_or_continue(config: TrainConfig) -> str:
@@ -165,12 +179,16 @@ def run(args: Args) -> dict:
         )
         name = f"lookup:{table_path.name}"
         per_seed[seed] = {r.workload: ratios(r, name) for r in reports}
-        log_comparison(
-            reports,
-            group=f"{args.exp_name}-seed{seed}",
-            out_dir=out / f"seed-{seed}",
-            mode=args.wandb,
-        )
+        group = f"{args.exp_name}-seed{seed}"
+        logged = {"group": group, "mode": args.wandb, "ratios": per_seed[seed]}
+        marker = out / f"seed-{seed}" / LOGGED_FILE
+        if args.wandb != "disabled" and _read_json(marker) == logged:
+            print(f"seed {seed}: this comparison is already in wandb group {group}; not logged")
+            continue
+        groups = log_comparison(reports, group=group, out_dir=out / f"seed-{seed}", mode=args.wandb)
+        if args.wandb != "disabled":
+            runs = [str(p) for g in groups for p in [*g.policy_runs.values(), g.summary_run]]
+            marker.write_text(json.dumps({**logged, "runs": runs}, indent=1) + "\n")
     summary = {"per_seed": per_seed, "mean": {}, "std": {}}
     lines = [
         "| workload | " + " | ".join(f"/ {r}" for r in RATIOS) + " |",

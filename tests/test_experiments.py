@@ -91,7 +91,7 @@ def test_compare_script_writes_each_workloads_comparison(tmp_path):
     assert len(list((out / "wandb").glob("offline-run-*"))) == 2 * 3  # 2 policies + summary
 
 
-def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
+def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys, monkeypatch):
     seeds = load("seeds")
     out = tmp_path / "seeds"
     args = [
@@ -136,6 +136,31 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
     assert seeds.main(args) == 0
     assert capsys.readouterr().out.count(": reused") == 2
     assert json.loads((out / "seeds.json").read_text()) == summary
+    # Logged to wandb once per seed: a re-run with the same figures does not add a copy.
+    logged = []
+
+    def log(reports, *, group, out_dir, mode):
+        from specrl.report import LoggedGroup
+
+        logged.append((group, mode))
+        return [LoggedGroup(group, {"off": out_dir / "wandb" / "r1"}, out_dir / "wandb" / "s")]
+
+    monkeypatch.setattr("specrl.report.log_comparison", log)
+    offline = [*args[:-1], "offline"]
+    assert seeds.main(offline) == 0
+    assert logged == [("seeds-seed0", "offline"), ("seeds-seed1", "offline")]
+    marker = json.loads((out / "seed-0" / seeds.LOGGED_FILE).read_text())
+    assert marker["ratios"] == summary["per_seed"]["0"]
+    assert marker["runs"] == [str(out / "seed-0" / "wandb" / n) for n in ("r1", "s")]
+    capsys.readouterr()
+    assert seeds.main(offline) == 0
+    assert len(logged) == 2
+    assert capsys.readouterr().out.count("already in wandb group seeds-seed") == 2
+    # Figures that differ from the logged ones (a changed marker stands in for them): logged.
+    marker_1 = out / "seed-1" / seeds.LOGGED_FILE
+    marker_1.write_text(json.dumps({**json.loads(marker_1.read_text()), "ratios": {}}))
+    assert seeds.main(offline) == 0
+    assert logged[2:] == [("seeds-seed1", "offline")]
     # Other training arguments than the runs there were made with: refused, nothing touched.
     before = (out / "seed-0" / "run" / "model.zip").read_bytes()
     longer = [*args[: args.index("--total-timesteps") + 1], "512"]
