@@ -108,12 +108,11 @@ def _traces(args) -> list[list]:
 
 
 def validate(args: argparse.Namespace) -> int:
-    import json
-
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
     from specrl.envs.live import refuse_prompts_profile
     from specrl.envs.rollout import odd_rounds_note
     from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
+    from specrl.files import check_output, write_json
     from specrl.models.pair import load_default_pair
     from specrl.policies.registry import make_policies, parse_policies
     from specrl.profile import load_profile
@@ -125,6 +124,9 @@ def validate(args: argparse.Namespace) -> int:
     specs = parse_policies(args.policies)
     traces = _traces(args)
     profile = None
+    for option, path in (("--profile", args.measure and args.profile), ("--json", args.json)):
+        if path:
+            check_output(path, option)  # before measuring and running, not after
     if not args.measure:
         from specrl.profile import use_profile_threads
 
@@ -248,8 +250,7 @@ def validate(args: argparse.Namespace) -> int:
             "policies": [r.to_json() for r in rows],
             "speed_checks": speed,
         }
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(args.json, out)
         print(f"wrote {args.json}")
     return 0
 

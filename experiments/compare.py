@@ -12,13 +12,14 @@ with the table and the plots).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from args import script_main
+
+from specrl.files import write_json
 
 
 @dataclass
@@ -79,7 +80,7 @@ def run(args: Args) -> Path:
     )
     for report in reports:
         stem = out / f"compare-{report.workload}"
-        Path(f"{stem}.json").write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        write_json(f"{stem}.json", report.to_json())
         report.write_csv(f"{stem}.csv")
         plot_buckets(report, f"{stem}-buckets.png")  # also with --wandb disabled
         print(

@@ -15,7 +15,6 @@ at the end shows whether it does here.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from args import script_main
 
+from specrl.files import write_json
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -172,7 +172,7 @@ def run(args: Args) -> dict:
                 for r in reports
             },
         }
-    (out / "draft_size.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_json(out / "draft_size.json", results)
     print(
         "\n| preset | draft layers | params | mean acceptance | T(1,4)/T(1,0) | crossover "
         "batch (profile) | best K by batch (profile) | table K by batch (at mean acc.) | "

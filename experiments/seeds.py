@@ -25,6 +25,7 @@ from pathlib import Path
 
 from args import script_main
 
+from specrl.files import write_json
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -188,7 +189,7 @@ def run(args: Args) -> dict:
         groups = log_comparison(reports, group=group, out_dir=out / f"seed-{seed}", mode=args.wandb)
         if args.wandb != "disabled":
             runs = [str(p) for g in groups for p in [*g.policy_runs.values(), g.summary_run]]
-            marker.write_text(json.dumps({**logged, "runs": runs}, indent=1) + "\n")
+            write_json(marker, {**logged, "runs": runs})
     summary = {"per_seed": per_seed, "mean": {}, "std": {}}
     lines = [
         "| workload | " + " | ".join(f"/ {r}" for r in RATIOS) + " |",
@@ -204,7 +205,7 @@ def run(args: Args) -> dict:
             summary["std"].setdefault(workload, {})[ratio] = std
             cells.append(f"{mean:.3f} ± {std:.3f}")
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
-    (out / "seeds.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(out / "seeds.json", summary)
     print(
         f"\nthe exported table over {len(args.seeds)} seeds (mean ± std), "
         f"{args.episodes} held-out episodes per workload:"

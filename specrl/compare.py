@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ import numpy as np
 
 from specrl.errors import SpecrlError
 from specrl.features import batch_bucket, bucket_bounds, bucket_labels
+from specrl.files import check_output, write_atomic, write_json
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
@@ -173,19 +174,20 @@ class ComparisonReport:
         """One row per policy: tokens/s, TPOT, then ``bucket/<label>`` and ``k_share/<K>``."""
         buckets = self.bucket_labels()
         ks = sorted({k for r in self.results for k in r.k_share}, key=int)
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
+        out = io.StringIO(newline="")
+        writer = csv.writer(out)
+        writer.writerow(
+            ["policy", "tokens_per_s", "tpot_p50_s", "tpot_p99_s"]
+            + [f"bucket/{b}" for b in buckets]
+            + [f"k_share/{k}" for k in ks]
+        )
+        for r in self.results:
             writer.writerow(
-                ["policy", "tokens_per_s", "tpot_p50_s", "tpot_p99_s"]
-                + [f"bucket/{b}" for b in buckets]
-                + [f"k_share/{k}" for k in ks]
+                [r.policy, r.tokens_per_s, r.tpot_p50_s, r.tpot_p99_s]
+                + [r.bucket_tokens_per_s.get(b, "") for b in buckets]
+                + [r.k_share.get(k, 0.0) for k in ks]
             )
-            for r in self.results:
-                writer.writerow(
-                    [r.policy, r.tokens_per_s, r.tpot_p50_s, r.tpot_p99_s]
-                    + [r.bucket_tokens_per_s.get(b, "") for b in buckets]
-                    + [r.k_share.get(k, 0.0) for k in ks]
-                )
+        write_atomic(path, out.getvalue())
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -404,6 +406,9 @@ def run(args: argparse.Namespace) -> int:
     from specrl.policies import default_policies, make_policies, parse_policies
     from specrl.policies.oracle import LIVE_REFUSAL
 
+    for option, path in (("--json", args.json), ("--csv", args.csv)):
+        if path:
+            check_output(path, option)  # before the comparison, not after it
     specs = (
         parse_policies(args.policies)
         if args.policies
@@ -430,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
     print(report.format())
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        write_json(args.json, report.to_json())
         print(f"wrote {args.json}")
     if args.csv:
         report.write_csv(args.csv)

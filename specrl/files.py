@@ -1,8 +1,10 @@
-"""Reading the JSON files users hand to specrl (profiles, traces) and comma-separated options."""
+"""Reading the JSON files users hand to specrl (profiles, traces), writing files atomically,
+and comma-separated options."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -54,13 +56,45 @@ def check_header(
         )
 
 
+def check_output(path: str | Path, option: str) -> Path:
+    """Check, before any long work, that ``path`` can be written: not a directory, its
+    directory made (as writing would) and writable. Raises a SpecrlError naming ``option``."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecrlError(
+            f"{option} {path} is a directory; give a file path in it, like {path}/out.json"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecrlError(
+            f"{option} {path}: cannot create the directory {path.parent} ({err.strerror or err}); "
+            "choose another path"
+        ) from None
+    if not os.access(path.parent, os.W_OK):
+        raise SpecrlError(f"{option} {path}: {path.parent} is not writable; choose another path")
+    return path
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` so that a kill (or a reader) at any moment sees the old file
-    or the new one, never a part: a flushed, fsynced temporary file renamed into place."""
+    or the new one, never a part: a flushed, fsynced temporary file renamed into place (its
+    directory made first where missing). A failure raises a SpecrlError naming ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise SpecrlError(f"could not write {path} ({err.strerror or err})") from None
+
+
+def write_json(path: str | Path, obj, **dumps) -> None:
+    """``obj`` as indented JSON (``dumps`` go to :func:`json.dumps`), written atomically."""
+    write_atomic(path, json.dumps(obj, indent=1, **dumps) + "\n")

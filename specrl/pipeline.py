@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.errors import SpecrlError
+from specrl.files import write_json
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
 HELD_OUT_SEED = 20_000
@@ -250,7 +251,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         except SpecrlError as err:
             _say(f"  {fmt}: not written: {err}")
             continue
-        path.write_text(json.dumps(obj, indent=1) + "\n")
+        write_json(path, obj)
         artifacts[f"K table ({fmt}, acceptance {acceptance})"] = str(path)
         _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
     lap("export")
@@ -299,7 +300,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     _step(6, "report")
     for r in reports:
         name = f"{r.env}-{r.workload}"
-        (run_dir / f"compare-{name}.json").write_text(json.dumps(r.to_json(), indent=1) + "\n")
+        write_json(run_dir / f"compare-{name}.json", r.to_json())
         r.write_csv(run_dir / f"compare-{name}.csv")
     artifacts["comparisons (JSON, CSV)"] = str(run_dir / "compare-*.{json,csv}")
     plots = {
@@ -336,7 +337,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         "artifacts": artifacts,
         "wandb_groups": [g.group for g in groups],
     }
-    (run_dir / "demo.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    write_json(run_dir / "demo.json", summary, default=str)
     _say(f"\nsurrogate, workload mixed, {options.surrogate_episodes} held-out episodes:")
     _say(mixed.format())
     traces = (

@@ -89,12 +89,14 @@ def run(args: argparse.Namespace) -> int:
         profile = load_profile(args.show)
     else:
         from specrl.errors import SpecrlError
+        from specrl.files import check_output
         from specrl.profile.measure import ACCEPTANCE_ROWS, measure_profile
         from specrl.workload.user_prompts import load_prompts
 
         if args.acceptance_rows is not None and args.acceptance_rows < 1:
             raise SpecrlError(f"--acceptance-rows must be >= 1, got {args.acceptance_rows}")
         prompts = load_prompts(args.prompts) if args.prompts else None
+        check_output(args.out, "--out")  # before measuring, not after it
         pair = _load_pair(args)
         profile = measure_profile(
             pair,

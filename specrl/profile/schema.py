@@ -45,14 +45,13 @@ one busy moment on a shared machine would drag a mean of three samples far off):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.files import check_header, read_json
+from specrl.files import check_header, read_json, write_json
 from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
 
 PROFILE_FORMAT = "specrl-profile"
@@ -107,7 +106,7 @@ class Profile:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, **asdict(self)}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        write_json(path, self.to_json())
 
 
 def _num(x) -> bool:

@@ -19,12 +19,11 @@ run directory through it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.files import check_header, read_json
+from specrl.files import check_header, read_json, write_json
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -323,7 +322,7 @@ class TrainConfig:
             raise SpecrlError(f"{source}: {err}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        write_json(path, self.to_json())
 
     def changes_from(self, other: TrainConfig) -> list[str]:
         """Names of the fields that differ from ``other``."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from specrl.errors import SpecrlError
 from specrl.export import FORMATS, check_acceptance, export_file, table_from_policy
-from specrl.files import write_atomic
+from specrl.files import check_output, write_atomic
 from specrl.table import PROBE_SCOPES, KTable, load_table, provenance, table_from_json
 
 ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
@@ -570,6 +570,7 @@ RUN_ONLY = {
 
 def run(args: argparse.Namespace) -> int:
     acceptance = args.acceptance
+    check_output(args.out, "--out")  # before the fidelity check, not after it
     if args.table:
         given = [
             flag for dest, flag in RUN_ONLY.items() if getattr(args, dest) not in (None, False)

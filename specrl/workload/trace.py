@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.files import check_header, read_json
+from specrl.files import check_header, read_json, write_json
 
 TRACE_FORMAT = "specrl-trace"
 TRACE_VERSION = 2
@@ -241,7 +241,7 @@ class Trace:
         }
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        write_json(path, self.to_json())
 
 
 def resolve_prompt(streams: Mapping[str, Sequence[int]], request: Request) -> list[int]:

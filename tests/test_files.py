@@ -1,0 +1,65 @@
+"""Output files: written whole or not at all, and an unwritable --out refused before the work."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from specrl.cli import main
+from specrl.errors import SpecrlError
+from specrl.files import check_output, write_atomic, write_json
+
+
+def test_write_atomic_makes_the_directory_and_replaces_the_file(tmp_path):
+    path = tmp_path / "new" / "dir" / "t.json"
+    write_json(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    write_atomic(path, b"[2]\n")
+    assert path.read_bytes() == b"[2]\n"
+    assert os.listdir(path.parent) == ["t.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_part(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_text("old\n")
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(SpecrlError, match=r"could not write .*t\.json \(No space left on device\)"):
+        write_atomic(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["t.json"]
+
+
+def test_check_output_names_the_option_and_the_fix(tmp_path):
+    with pytest.raises(SpecrlError, match=r"--out .* is a directory; give a file path in it"):
+        check_output(tmp_path, "--out")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SpecrlError, match=r"--json .*: cannot create the directory .*file"):
+        check_output(blocker / "sub" / "r.json", "--json")
+    made = check_output(tmp_path / "a" / "b.json", "--csv")
+    assert made.parent.is_dir() and not made.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "--preset", "micro", "--batch-sizes", "1", "--out", "{blocker}/p.json"],
+        ["export", "--table", "{missing}", "--out", "{blocker}/t.json"],
+        ["compare", "--workload", "ramp", "--json", "{blocker}/c.json"],
+    ],
+    ids=["profile", "export", "compare"],
+)
+def test_an_unwritable_output_is_refused_before_any_work(tmp_path, capsys, argv):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = [a.format(blocker=blocker, missing=tmp_path / "none.json") for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    # The output is checked first: not the missing table, not a measurement.
+    assert "cannot create the directory" in err and str(blocker) in err
