@@ -17,6 +17,7 @@ the same figures is not logged again (``OUT/seed-<s>/wandb-logged.json``).
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -106,11 +107,12 @@ def _read_json(path: Path) -> dict | None:
 
 def train_or_continue(config: TrainConfig) -> str:
     """Train the run ``config`` describes: ``"trained"`` afresh, ``"resumed"`` from the last
-    checkpoint of a run stopped in ``config.out``, or ``"reused"`` when that run finished.
+    checkpoint of a run stopped in ``config.out`` (started again where it stopped before its
+    first one), or ``"reused"`` when that run finished.
     A run there made with other arguments (besides ``wandb``) is refused."""
     from specrl.errors import SpecrlError
     from specrl.train import load_config, train
-    from specrl.train.config import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
+    from specrl.train.config import CHECKPOINT_DIR, CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 
     run_dir = Path(config.out)
     if not (run_dir / CONFIG_FILE).is_file():
@@ -124,6 +126,11 @@ def train_or_continue(config: TrainConfig) -> str:
         )
     if (run_dir / SUMMARY_FILE).is_file() and (run_dir / MODEL_FILE).is_file():
         return "reused"
+    if not any((run_dir / CHECKPOINT_DIR).glob("step-*")):
+        # Stopped before its first checkpoint: nothing to go on from, so start it again.
+        shutil.rmtree(run_dir)
+        train(config)
+        return "started again (stopped before its first checkpoint)"
     train(config, resume=True)
     return "resumed"
 

@@ -95,11 +95,11 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     for path in candidates:
         if not Path(path).is_file():
             continue
-        profile = load_profile(path)
-        # The demo runs at the profile's thread count unless --threads says otherwise
-        # (`use_profile_threads` below), so compare at that count, not at torch's default.
-        here = {**fp, "threads": profile_threads(profile, options.threads)}
         try:
+            profile = load_profile(path)  # an unreadable cached one is measured again
+            # The demo runs at the profile's thread count unless --threads says otherwise
+            # (`use_profile_threads` below), so compare at that count, not torch's default.
+            here = {**fp, "threads": profile_threads(profile, options.threads)}
             check_compatible(profile, here, source=str(path))
         except SpecrlError as err:
             _say(f"  {path}: {err}")
@@ -142,6 +142,8 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         max_batch=options.max_batch,
         n_requests=options.n_requests,
         wandb=options.wandb,
+        # Five checkpoints over the budget: a demo stopped in training goes on from the last.
+        checkpoint_every=max(1, options.timesteps // 5),
     )
     resume = False
     if run_dir.exists():
@@ -156,11 +158,13 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
                 return run_dir, "reused"
             latest_checkpoint(run_dir)
             resume = not changed
-        except SpecrlError:
+        except SpecrlError as err:
             changed = []  # an unusable partial run of the demo's own cache
+            _say(f"  {err}")
         if not resume:
             if changed:  # trained by another version's defaults: not this demo's run
                 _say(f"  {run_dir} was trained with other settings ({', '.join(changed)})")
+            _say(f"  starting {run_dir} again")
             shutil.rmtree(run_dir)
     if resume:
         _say(f"  resuming {run_dir} from its last checkpoint")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -204,6 +205,12 @@ def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     assert seeds.train_or_continue(config) == "resumed"
     assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
     assert seeds.train_or_continue(config) == "reused"
+    # As if stopped before its first checkpoint: only config.json and logs there. Nothing to
+    # go on from, so it starts again (`specrl train --resume` would refuse).
+    for name in ("summary.json", "model.zip", "best_model.zip", "last_model.zip", "checkpoints"):
+        shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
+    assert seeds.train_or_continue(config).startswith("started again")
+    assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
 
 
 def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):

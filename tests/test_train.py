@@ -450,6 +450,71 @@ def test_resume_after_a_crash_continues_from_the_last_checkpoint(tmp_path, profi
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["num_timesteps"] == 768
 
 
+def test_resume_restores_the_best_model_its_checkpoint_saved(tmp_path, profile_path):
+    run_dir = tmp_path / "run"
+    config = tiny(run_dir, profile_path, total_timesteps=768)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(config, progress=False, callbacks=[_CrashAt(400)])
+    checkpoint = latest_checkpoint(run_dir)
+    saved = checkpoint.path / "best_model.zip"
+    assert checkpoint.state["best"]["timesteps"] == 256 and saved.is_file()
+    # An evaluation after the checkpoint, in the stretch the crash discards, wrote its own.
+    (run_dir / "best_model.zip").write_bytes(b"a model of the discarded stretch")
+    at_start: dict = {}
+
+    class Peek:
+        def __new__(cls):
+            from stable_baselines3.common.callbacks import BaseCallback
+
+            class P(BaseCallback):
+                def _on_training_start(self) -> None:
+                    at_start["best"] = (run_dir / "best_model.zip").read_bytes()
+
+                def _on_step(self) -> bool:
+                    return True
+
+            return P()
+
+    train(config, resume=True, progress=False, callbacks=[Peek()])
+    assert at_start["best"] == saved.read_bytes()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    best = max(summary["eval_history"], key=lambda e: e["ratio_best_static"])
+    assert summary["model_eval"] == best
+
+
+def test_a_run_stopped_between_final_checkpoint_and_summary_says_how_to_finish(
+    tmp_path, finished_run
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / "summary.json").unlink()  # as an older specrl could leave a run
+    final = latest_checkpoint(run_dir).path
+    config = TrainConfig.from_json({**load_config(run_dir).to_json(), "out": str(run_dir)})
+    with pytest.raises(SpecrlError, match=f"stopped after its final checkpoint.*delete {final}"):
+        train(config, resume=True, progress=False)
+    shutil.rmtree(final)  # as the message says
+    result = train(config, resume=True, progress=False)
+    assert result.num_timesteps == 512
+    assert json.loads((run_dir / "summary.json").read_text())["num_timesteps"] == 512
+
+
+def test_a_raised_total_is_what_a_plain_resume_goes_on_to(tmp_path, finished_run):
+    from specrl.cli import build_parser
+    from specrl.train.cli import config_from_args
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    copied = {**load_config(run_dir).to_json(), "out": str(run_dir)}
+    longer = TrainConfig.from_json({**copied, "total_timesteps": 1024})
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(longer, resume=True, progress=False, callbacks=[_CrashAt(800)])
+    assert latest_checkpoint(run_dir).num_timesteps == 768
+    assert load_config(run_dir).total_timesteps == 1024
+    args = build_parser().parse_args(["train", "--resume", str(run_dir)])
+    config, resume = config_from_args(args)
+    assert (config.total_timesteps, resume) == (1024, True)
+
+
 def test_resume_after_kill_9(tmp_path, profile_path):
     config = tiny(tmp_path / "run", profile_path, total_timesteps=100_000, eval_every=0)
     code = (

@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace):
     """The TrainConfig ``args`` ask for, and whether it resumes a run."""
     from specrl.errors import SpecrlError
-    from specrl.train.config import TrainConfig, load_config
+    from specrl.train.config import TrainConfig
 
     if bool(args.out) == bool(args.resume):
         raise SpecrlError("give --out RUN_DIR for a new run or --resume RUN_DIR, not both")
@@ -94,17 +94,31 @@ def config_from_args(args: argparse.Namespace):
             "--force-profile are fixed when a run starts; --resume takes --timesteps and "
             "--wandb only"
         )
-    config = load_config(args.resume)
+    config = _resume_config(args.resume)
     changes["out"] = args.resume
     return TrainConfig.from_json({**config.to_json(), **changes}, source=args.resume), True
 
 
+def _resume_config(run_dir: str):
+    """The config of the run's newest checkpoint (what it was training to when it stopped, a
+    raised --timesteps included); config.json where there is no checkpoint to read."""
+    from specrl.errors import SpecrlError
+    from specrl.train.config import load_config
+    from specrl.train.run import latest_checkpoint
+
+    try:
+        return latest_checkpoint(run_dir).config
+    except SpecrlError:
+        return load_config(run_dir)  # train() then says why it cannot resume
+
+
 def run(args: argparse.Namespace) -> int:
-    from specrl.train.run import latest_checkpoint, train
+    from specrl.train.run import check_start, train
 
     config, resume = config_from_args(args)
-    if resume:
-        at = latest_checkpoint(config.out).num_timesteps
+    checkpoint = check_start(config, resume=resume)  # refused before anything is printed
+    if checkpoint is not None:
+        at = checkpoint.num_timesteps
         print(f"resuming {config.out} from its checkpoint at step {at:,}", end="")
     else:
         print(f"training {config.out} on the {config.env} env", end="")

@@ -51,7 +51,7 @@ DEFAULT_WORKLOADS = (
 size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
 WANDB_MODES = ("offline", "online", "disabled")
-RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out")
+RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out", "checkpoint_every")
 """Fields a resumed run may change; any other difference from the checkpoint is refused."""
 
 

@@ -683,7 +683,8 @@ def checkpoint_name(num_timesteps: int) -> str:
 
 
 def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
-    """Save ``model`` (with its optimizer) and ``state`` as ``checkpoints/step-N``.
+    """Save ``model`` (with its optimizer), ``state`` and the best evaluated model so far as
+    ``checkpoints/step-N``.
 
     Both files are written into a hidden directory that is then renamed into place: a kill at
     any moment leaves either the complete checkpoint or none (the previous ones untouched).
@@ -698,6 +699,11 @@ def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
         shutil.rmtree(partial)
     partial.mkdir()
     write_atomic(partial / MODEL_FILE, _model_bytes(model))
+    best = run_dir / BEST_MODEL_FILE
+    if state.get("best") is not None and best.is_file():
+        # The best model so far travels with the checkpoint: a resume from here restores it,
+        # not whatever a later, discarded stretch of training left in the run directory.
+        write_atomic(partial / BEST_MODEL_FILE, best.read_bytes())
     body = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -938,6 +944,18 @@ class TrainResult:
     """The trained ``stable_baselines3.PPO``."""
 
 
+def check_start(config: TrainConfig, *, resume: bool) -> Checkpoint | None:
+    """Refuse, reading only, a run :func:`train` could not start: a resume without a usable
+    checkpoint or with a change it may not make, a fresh run where one already is. Returns
+    the checkpoint a resume goes on from."""
+    if not resume:
+        _check_fresh(Path(config.out))
+        return None
+    checkpoint = latest_checkpoint(config.out)
+    _check_resumable(config, checkpoint)
+    return checkpoint
+
+
 def _check_fresh(run_dir: Path) -> None:
     taken = [p for p in (CONFIG_FILE, MODEL_FILE, CHECKPOINT_DIR) if (run_dir / p).exists()]
     if taken:
@@ -956,6 +974,16 @@ def _check_resumable(config: TrainConfig, checkpoint: Checkpoint) -> None:
             f"cannot resume {checkpoint.path.parent.parent} with a different {', '.join(changed)}"
             f" (a resumed run may change only {', '.join(RESUMABLE_CHANGES)}); start a new "
             "run instead"
+        )
+    run_dir = checkpoint.path.parent.parent
+    if (
+        checkpoint.num_timesteps >= config.total_timesteps
+        and not (run_dir / SUMMARY_FILE).is_file()
+    ):
+        raise SpecrlError(
+            f"{run_dir} was stopped after its final checkpoint ({checkpoint.num_timesteps} "
+            f"steps) and before its {SUMMARY_FILE}; delete {checkpoint.path} and resume again "
+            "to finish from the checkpoint before it, or pass a total above it (--timesteps)"
         )
     if checkpoint.num_timesteps >= config.total_timesteps:
         raise SpecrlError(
@@ -1123,11 +1151,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
     import torch
 
     run_dir = Path(config.out)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        _check_resumable(config, checkpoint)
-    else:
-        _check_fresh(run_dir)
+    checkpoint = check_start(config, resume=resume)
     torch.set_num_threads(config.torch_threads)
     profile, profile_path = _load_run_profile(config)
     check_request_lengths(config, profile)
@@ -1156,8 +1180,14 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         history = list(checkpoint.state["eval_history"])
         cloned = checkpoint.state.get("warm_start")
         best = checkpoint.state.get("best")
-        if best is not None and not (run_dir / BEST_MODEL_FILE).is_file():
+        saved_best = checkpoint.path / BEST_MODEL_FILE
+        if best is not None and saved_best.is_file():
+            write_atomic(run_dir / BEST_MODEL_FILE, saved_best.read_bytes())
+        elif best is not None and not (run_dir / BEST_MODEL_FILE).is_file():
             best = None  # its model is gone: the remaining evaluations choose again
+        # What the run now trains to (--timesteps may have raised it): a later plain
+        # --resume, seeds.py and the demo read this.
+        config.save(run_dir / CONFIG_FILE)
     else:
         if config.init:
             model = _init_model(config, vec_env)
@@ -1217,7 +1247,6 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         final = run.evaluate(model, logger)
         write_atomic(run_dir / LAST_MODEL_FILE, _model_bytes(model))
         write_atomic(run_dir / MODEL_FILE, (run_dir / BEST_MODEL_FILE).read_bytes())
-        save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
         summary = {
             "format": SUMMARY_FORMAT,
             "version": SUMMARY_VERSION,
@@ -1233,6 +1262,10 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "config": config.to_json(),
         }
         write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())
+        # After the summary, which marks the run finished: a checkpoint at the total with no
+        # summary beside it would be a run that neither --resume nor export could finish.
+        # Stopped here, the run is finished; a longer one goes on from the checkpoint before.
+        save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
     finally:
         vec_env.close()
         if logger is not None:
