@@ -121,17 +121,24 @@ class LookupController:
         ``accepted`` were accepted (0 and 0 for a step with K=0). ``k``: the K the step ran
         with; None means the K that :meth:`choose_k` returned last. The estimate is the
         per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`)."""
-        try:
-            ok = 0 <= accepted <= drafted
+        try:  # index() refuses 2.5 and nan; numpy integers pass
+            ok = 0 <= operator.index(accepted) <= operator.index(drafted)
         except TypeError:
             ok = False
         if not ok:
             raise SpecrlError(
                 f"observe: accepted={accepted!r} and drafted={drafted!r}; pass the step's draft "
-                "tokens over the whole batch and how many of them were accepted (0 <= "
+                "tokens over the whole batch and how many of them were accepted (integers, 0 <= "
                 "accepted <= drafted)"
             )
-        self.tracker.observe(drafted, accepted, self._last_k if k is None else k)
+        if k is None:
+            k = self._last_k
+        elif not _index_in(k, self.table.k_max):
+            raise SpecrlError(
+                f"observe: k={k!r}; pass the K the step ran with, an integer in "
+                f"0..{self.table.k_max} (the table's k_max), or None for the K choose_k returned"
+            )
+        self.tracker.observe(drafted, accepted, k)
 
     def choose_k(self, batch_size: int, step_time_s=None, context_len=None) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
@@ -162,6 +169,14 @@ class LookupController:
             k = self._probe_k
         self._last_k = k
         return k
+
+
+def _index_in(value, hi: int) -> bool:
+    """``value`` is an integer (numpy's too) in 0..hi."""
+    try:
+        return 0 <= operator.index(value) <= hi
+    except TypeError:
+        return False
 
 
 def check_provenance(table: KTable, profile, *, force: bool = False, source: str = "") -> None:

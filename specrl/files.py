@@ -64,6 +64,8 @@ def check_output(path: str | Path, option: str) -> Path:
         raise SpecrlError(
             f"{option} {path} is a directory; give a file path in it, like {path}/out.json"
         )
+    if path.exists() and not Path(os.path.realpath(path)).is_file():
+        raise SpecrlError(f"{option} {path} is not a regular file (a device?); give a file path")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -80,7 +82,11 @@ def write_atomic(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` so that a kill (or a reader) at any moment sees the old file
     or the new one, never a part: a flushed, fsynced temporary file renamed into place (its
     directory made first where missing). A failure raises a SpecrlError naming ``path``."""
-    path = Path(path)
+    # Through a symlink to the file it names (a deployment's `current.json -> v3.json`);
+    # never over a device, a FIFO or a directory.
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise SpecrlError(f"could not write {path}: it is not a regular file; give a file path")
     tmp = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -63,3 +63,20 @@ def test_an_unwritable_output_is_refused_before_any_work(tmp_path, capsys, argv)
     err = capsys.readouterr().err
     # The output is checked first: not the missing table, not a measurement.
     assert "cannot create the directory" in err and str(blocker) in err
+
+
+def test_write_atomic_writes_through_a_symlink_and_never_over_a_device(tmp_path):
+    served = tmp_path / "deploy" / "served.json"
+    served.parent.mkdir()
+    served.write_text("old\n")
+    link = tmp_path / "current.json"
+    link.symlink_to(served)
+    write_atomic(link, "new\n")
+    assert link.is_symlink() and served.read_text() == "new\n"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecrlError, match=r"pipe: it is not a regular file"):
+        write_atomic(fifo, "x")
+    with pytest.raises(SpecrlError, match=r"--out .*pipe is not a regular file"):
+        check_output(fifo, "--out")
+    assert not fifo.is_file() and fifo.exists()

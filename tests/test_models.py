@@ -189,3 +189,16 @@ def test_shipped_small_pair_verifies_and_loads_plainly(tmp_path, monkeypatch):
     model = AutoModelForCausalLM.from_pretrained(copied.draft_path)
     tokenizer = AutoTokenizer.from_pretrained(copied.draft_path)
     assert model.config.vocab_size == len(tokenizer) == build.PRESETS["small"].vocab_size
+
+
+def test_building_into_a_directory_that_is_not_a_pair_is_refused_and_keeps_its_files(tmp_path):
+    notes = tmp_path / "d" / "notes" / "thesis.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("x")
+    with pytest.raises(SpecrlError, match=r"holds files that are not a specrl pair.*new or empty"):
+        build_pair("micro", out=tmp_path / "d")
+    assert notes.read_text() == "x"
+    (tmp_path / "f").write_text("y")
+    with pytest.raises(SpecrlError, match="is a file, not a pair directory"):
+        build_pair("micro", out=tmp_path / "f")
+    assert (tmp_path / "f").read_text() == "y"

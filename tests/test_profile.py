@@ -125,6 +125,14 @@ def _bad(tmp_path, edit) -> str:
             lambda p: p["acceptance_by_output"]["rates"]["code"]["greedy"][1].__setitem__(0, 2.0),
             r"acceptance_by_output\.rates\.code\.greedy: acceptance rates must lie in \[0, 1\]",
         ),
+        (
+            lambda p: p.update(level_drfit=p.pop("level_drift", None)),
+            r"unknown field 'level_drfit'; the fields are .*level_drift \(fix its spelling",
+        ),
+        (
+            lambda p: p["time_log_sigma"].__setitem__(0, 1e6),
+            r"time_log_sigma: 1000000\.0 is above 2\.0 .*not a measurement",
+        ),
     ],
 )
 def test_malformed_profile_is_rejected_naming_file_and_field(tmp_path, edit, message):

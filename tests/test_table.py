@@ -475,15 +475,19 @@ def test_provenance_refuses_other_hardware_or_pair_unless_forced(tmp_path):
 
 def test_controller_refuses_impossible_steps_and_batch_sizes(tmp_path):
     controller = LookupController.load(write(tmp_path, plain_json()))
-    for drafted, accepted in ((5, 9), (4, -1), (-2, -3), (None, 0)):
+    for drafted, accepted in ((5, 9), (4, -1), (-2, -3), (None, 0), (2.5, 1), (4, 1.0)):
         with pytest.raises(SpecrlError, match=f"accepted={accepted} and drafted={drafted}"):
             controller.observe(drafted, accepted)
+    for k in (9, -1, 2.0, "1"):
+        with pytest.raises(SpecrlError, match=rf"observe: k={k!r}; .*integer in 0\.\.4"):
+            controller.observe(4, 2, k=k)
     for batch in (2.5, "8", None, 1000.5, float("nan"), float("inf")):
         with pytest.raises(SpecrlError, match="batch_size must be an integer.*got"):
             controller.choose_k(batch)
     import numpy as np  # a serving stack may pass numpy integers
 
     assert controller.choose_k(np.int64(3)) == controller.choose_k(3)
+    controller.observe(np.int64(8), np.int32(6), k=np.int64(2))
 
 
 def test_hard_keys_are_the_profiles():

@@ -1040,3 +1040,17 @@ def test_total_timesteps_short_of_a_whole_rollout_warns_what_trains(tmp_path, pr
         warnings.simplefilter("error", SpecrlWarning)
         result = train(tiny(tmp_path / "b", profile_path, total_timesteps=240), progress=False)
     assert result.num_timesteps == 256
+
+
+def test_init_from_an_unreadable_model_or_from_itself_is_refused(tmp_path, finished_run):
+    source = tmp_path / "source"
+    shutil.copytree(finished_run, source)
+    (source / "model.zip").write_bytes(b"not a zip")
+    config = TrainConfig.from_json(
+        {**load_config(source).to_json(), "out": str(tmp_path / "new"), "init": str(source)}
+    )
+    with pytest.raises(SpecrlError, match=r"--init .*model\.zip is not a readable SB3 model"):
+        train(config, progress=False)
+    itself = TrainConfig.from_json({**config.to_json(), "init": str(tmp_path / "new")})
+    with pytest.raises(SpecrlError, match=r"is this run's own --out; give a finished run"):
+        train(itself, progress=False)

@@ -52,6 +52,7 @@ GOOD = '{"prompt": "a"}\n'
         (GOOD + "\n\n" + '{"domain": "sql"}\n', 4, r'missing "prompt"; every line needs one'),
         (GOOD + '{"prompt": ""}\n', 2, r'"prompt" is empty; give the prompt text'),
         (GOOD + '{"prompt": "   "}\n', 2, r'"prompt" is only whitespace; give the prompt text'),
+        (GOOD + '{"prompt": "a\\ud800b"}\n', 2, r'"prompt" is not valid Unicode \(surrogates'),
         ('{"prompt": 5}\n', 1, r'"prompt" must be a string, got int'),
         ('{"prompt": null}\n', 1, r'"prompt" must be a string, got null'),
         (
@@ -375,3 +376,31 @@ def test_profile_refuses_contexts_beyond_the_targets_positions(micro_pair_paths,
     err = capsys.readouterr().err
     assert "but the target has 512 (max_position_embeddings): use shorter --contexts" in err
     assert not out.exists()
+
+
+def test_profile_refuses_a_prompt_too_long_for_the_target_before_timing(
+    micro_pair_paths, tmp_path, capsys, monkeypatch
+):
+    import specrl.profile.measure as measure
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n{"prompt": "x = 1", "max_new_tokens": 1000}\n')
+    timed = []
+    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    argv = ["profile", "--target", target, "--draft", draft, "--prompts", str(prompts)]
+    assert main([*argv, "--batch-sizes", "1", "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{prompts}, line 2: the prompt" in err
+    assert "with max_new_tokens 1000 and K=4 needs" in err
+    assert "the target has 512 (max_position_embeddings); shorten the prompt" in err
+    assert timed == []
+
+
+def test_measure_profile_refuses_zero_repetitions(micro_pair_paths):
+    from specrl.models import load_pair
+    from specrl.profile.measure import measure_profile
+
+    pair = load_pair(micro_pair_paths.target_path, micro_pair_paths.draft_path)
+    with pytest.raises(SpecrlError, match=r"reps must be an integer >= 1 .*got 0"):
+        measure_profile(pair, reps=0, batch_sizes=[1], contexts=[16], progress=False)

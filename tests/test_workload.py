@@ -153,6 +153,11 @@ def _write(tmp_path, obj) -> str:
             r"requests\[\d\]\.domain: 'prose' has no weight in .*bad\.json\.domains",
         ),
         (lambda t: t["domains"].update(prose=0.0, code=0.0, hard=0), r"domains: give at least"),
+        (lambda t: t["domains"].update(code=float("inf")), r"domains\.code: weight must be a fin"),
+        (lambda t: t["sampling"].update(greedy=float("nan")), r"sampling\.greedy: weight must"),
+        (lambda t: t.update(sampling={}), r"sampling: give at least one setting a weight > 0"),
+        (lambda t: t["load"].update(rate_per_s=3), r"bad\.json\.load: unknown key 'rate_per_s'"),
+        (lambda t: t["prompt_lengths"].update(mean=3), r"prompt_lengths: unknown key 'mean'"),
     ],
 )
 def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, message):
@@ -162,6 +167,14 @@ def test_malformed_trace_is_rejected_naming_the_file_and_field(tmp_path, edit, m
     with pytest.raises(SpecrlError, match=message) as err:
         load_trace(path)
     assert path in str(err.value)
+
+
+@pytest.mark.parametrize("arrival", [float("nan"), float("inf")])
+def test_an_open_loop_arrival_must_be_a_finite_number(tmp_path, arrival):
+    obj = preset_trace("poisson", seed=0, n_requests=4).to_json()
+    obj["requests"][0]["arrival_s"] = arrival  # NaN once served steps at batch 0 forever
+    with pytest.raises(SpecrlError, match=r"requests\[0\]\.arrival_s: expected a finite number"):
+        load_trace(_write(tmp_path, obj))
 
 
 def test_missing_or_non_json_trace_file(tmp_path):

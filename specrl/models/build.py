@@ -179,6 +179,7 @@ def build_pair(
     """
     spec = get_preset(preset)
     out_dir = Path(out) if out is not None else default_pair_dir(preset)
+    _check_replaceable(out_dir)
     if spec.base is not None:
         return _build_variant(spec, out_dir, seed=seed, force=force, progress=progress)
     if not force:
@@ -233,8 +234,20 @@ def _paths(pair_dir: Path, preset: str) -> PairPaths:
     return PairPaths(str(pair_dir / "target"), str(pair_dir / "draft"), preset)
 
 
+def _check_replaceable(out_dir: Path) -> None:
+    """Refuse a pair directory that holds anything but a pair: building replaces it whole."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecrlError(f"{out_dir} is a file, not a pair directory; give a directory path")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise SpecrlError(
+            f"{out_dir} holds files that are not a specrl pair (no {MANIFEST}), and building "
+            "replaces the whole directory; give a new or empty directory"
+        )
+
+
 def _replace_dir(out_dir: Path, fill) -> None:
     """Fill a temporary sibling of ``out_dir``, then swap it in, so readers never see half."""
+    _check_replaceable(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(out_dir.name + f".partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

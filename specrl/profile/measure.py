@@ -142,6 +142,22 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
     )
 
 
+def _check_prompt_positions(pair, prompts: PromptFile, tokens, k_max: int) -> None:
+    """Refuse a prompt (with its ``max_new_tokens``) longer than the target's positions."""
+    positions = getattr(pair.target.config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return
+    for p, ids in zip(prompts.prompts, tokens.ids):
+        needed = len(ids) + (p.max_new_tokens or 1) + k_max + 2
+        if needed > positions:
+            raise SpecrlError(
+                f"{prompts.path}, line {p.line}: the prompt ({len(ids)} tokens) with "
+                f"max_new_tokens {p.max_new_tokens or 1} and K={k_max} needs {needed} "
+                f"positions, and the target has {positions} (max_position_embeddings); "
+                "shorten the prompt or lower max_new_tokens"
+            )
+
+
 def _sample(s) -> dict:
     return {
         "k": s.k,
@@ -621,10 +637,15 @@ def measure_profile(
         raise SpecrlError(f"batch sizes must increase from 1, got {list(batch_sizes)}")
     if list(contexts) != sorted(set(contexts)) or contexts[0] < 2:
         raise SpecrlError(f"contexts must increase from at least 2, got {list(contexts)}")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise SpecrlError(f"reps must be an integer >= 1 (timings per K and cell), got {reps!r}")
+    if acceptance_rows < 1:
+        raise SpecrlError(f"acceptance_rows must be >= 1, got {acceptance_rows}")
     started = time.perf_counter()
     settings = None
     if prompts is not None:
         tokens = tokenize_prompts(prompts, pair.tokenizer)
+        _check_prompt_positions(pair, prompts, tokens, k_max)  # before the timing, not after
         streams = streams or tokens.streams
         settings = [(p.temperature, p.top_p) for p in prompts.prompts]
         groups = len(prompts.domains) * len(prompts.bands)

@@ -201,6 +201,10 @@ def _check_drift(obj, domains: set, bands: list[str], where: str) -> None:
             raise SpecrlError(f"{at}.shift: expected a finite number, got {shift!r}")
 
 
+MAX_TIME_LOG_SIGMA = 2.0
+"""The largest step-time log-spread a profile may hold (measured ones: about 0.01-0.2)."""
+
+
 def profile_from_json(obj, source: str = "profile") -> Profile:
     """Validate a decoded profile; a profile that fails any check is rejected whole."""
     check_header(
@@ -215,6 +219,13 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
     for name in names:
         if name not in obj:
             raise SpecrlError(f"{source}: missing field {name!r}")
+    known = ("format", "version", *Profile.__dataclass_fields__)
+    unknown = [k for k in obj if k not in known]
+    if unknown:  # a misspelt level_drift would otherwise simulate fixed levels unnoticed
+        raise SpecrlError(
+            f"{source}: unknown field {unknown[0]!r}; the fields are {', '.join(known)} (fix its "
+            "spelling or remove it)"
+        )
     k_max = obj["k_max"]
     if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 0:
         raise SpecrlError(f"{source}.k_max: expected an integer >= 0, got {k_max!r}")
@@ -237,6 +248,12 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
     _check_array(obj["draft_s"], (nb, nk, nc), f"{source}.draft_s")
     _check_array(obj["overhead_s"], (nb, nk), f"{source}.overhead_s")
     _check_array(obj["time_log_sigma"], (nb,), f"{source}.time_log_sigma")
+    if max(obj["time_log_sigma"]) > MAX_TIME_LOG_SIGMA:
+        raise SpecrlError(
+            f"{source}.time_log_sigma: {max(obj['time_log_sigma'])!r} is above "
+            f"{MAX_TIME_LOG_SIGMA} (step times spread {math.exp(MAX_TIME_LOG_SIGMA):.0f}x at one "
+            "sigma), not a measurement; measure the profile again"
+        )
     _check_array(obj["tokens_per_s"], (nb, nk), f"{source}.tokens_per_s")
     if not all(v > 0 for v in obj["verify_s"][0][0]):
         raise SpecrlError(f"{source}.verify_s[0][0]: plain decode times must be > 0")

@@ -1035,6 +1035,8 @@ def _init_model(config: TrainConfig, vec_env):
     from specrl.train.config import load_config
 
     source = Path(config.init)
+    if source.resolve() == Path(config.out).resolve():
+        raise SpecrlError(f"--init {source} is this run's own --out; give a finished run")
     theirs = load_config(source)
     for name in ("k_max", "max_batch"):
         if getattr(theirs, name) != getattr(config, name):
@@ -1045,20 +1047,26 @@ def _init_model(config: TrainConfig, vec_env):
     path = source / MODEL_FILE
     if not path.is_file():
         raise SpecrlError(f"--init {source}: {MODEL_FILE} missing; finish that run first")
-    model = PPO.load(
-        path,
-        env=vec_env,
-        device="cpu",
-        custom_objects={
-            "n_steps": config.n_steps,
-            "batch_size": config.batch_size,
-            "n_epochs": config.n_epochs,
-            "gamma": config.gamma,
-            "gae_lambda": config.gae_lambda,
-            "ent_coef": config.ent_coef,
-            "learning_rate": config.learning_rate,
-        },
-    )
+    try:
+        model = PPO.load(
+            path,
+            env=vec_env,
+            device="cpu",
+            custom_objects={
+                "n_steps": config.n_steps,
+                "batch_size": config.batch_size,
+                "n_epochs": config.n_epochs,
+                "gamma": config.gamma,
+                "gae_lambda": config.gae_lambda,
+                "ent_coef": config.ent_coef,
+                "learning_rate": config.learning_rate,
+            },
+        )
+    except Exception as err:  # SB3 raises whatever zipfile, torch or pickle raise
+        raise SpecrlError(
+            f"--init {source}: {path} is not a readable SB3 model ({err}); train that run "
+            "again, or give another finished run"
+        ) from None
     model.num_timesteps = 0
     return model
 

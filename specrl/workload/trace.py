@@ -559,6 +559,8 @@ def _field(obj: Mapping, key: str, kind: type | tuple, where: str):
         raise SpecrlError(
             f"{where}.{key}: expected {_kind_name(kind)}, got {type(value).__name__} {value!r}"
         )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecrlError(f"{where}.{key}: expected a finite number, got {value!r}")
     return value
 
 
@@ -569,6 +571,7 @@ def _length_dist(obj, where: str) -> LengthDist:
             'drawn from, {"median": M, "sigma": S, "lo": LO, "hi": HI} (a hand-written '
             "trace can give its requests' median, 0, min and max)"
         )
+    check_known_keys(obj, ("median", "sigma", "lo", "hi"), where)
     median = float(_field(obj, "median", (int, float), where))
     sigma = float(_field(obj, "sigma", (int, float), where))
     lo, hi = _field(obj, "lo", int, where), _field(obj, "hi", int, where)
@@ -605,6 +608,11 @@ def check_known_keys(obj: Mapping, keys: Sequence[str], where: str) -> None:
         )
 
 
+def _weight(w) -> bool:
+    """A mix weight: a finite number >= 0."""
+    return not isinstance(w, bool) and isinstance(w, (int, float)) and math.isfinite(w) and w >= 0
+
+
 def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     """Validate a decoded trace; ``source`` (usually the file) prefixes every error."""
     check_header(
@@ -624,8 +632,10 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
     for d, w in domains.items():
         if d not in known:
             raise SpecrlError(f"{source}.domains: unknown domain {d!r}; known: {known}")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
-            raise SpecrlError(f"{source}.domains.{d}: weight must be a number >= 0")
+        if not _weight(w):
+            raise SpecrlError(
+                f"{source}.domains.{d}: weight must be a finite number >= 0, got {w!r}"
+            )
     if not any(w > 0 for w in domains.values()):
         raise SpecrlError(f"{source}.domains: give at least one domain a weight > 0")
     v1 = obj["version"] == 1
@@ -635,10 +645,17 @@ def trace_from_json(obj: Mapping, source: str = "trace") -> Trace:
             raise SpecrlError(
                 f"{source}.sampling: unknown setting {c!r}; known: {list(SAMPLING_CONFIGS)}"
             )
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
-            raise SpecrlError(f"{source}.sampling.{c}: weight must be a number >= 0")
+        if not _weight(w):
+            raise SpecrlError(
+                f"{source}.sampling.{c}: weight must be a finite number >= 0, got {w!r}"
+            )
+    if not any(w > 0 for w in sampling.values()):
+        raise SpecrlError(f"{source}.sampling: give at least one setting a weight > 0")
     load = _field(obj, "load", dict, source)
     kind = _field(load, "kind", str, f"{source}.load")
+    load_keys = {"closed": ("kind", "schedule"), "open": ("kind", "rate_per_s")}
+    if kind in load_keys:
+        check_known_keys(load, load_keys[kind], f"{source}.load")
     if kind == "closed":
         sched = _field(load, "schedule", list, f"{source}.load")
         prev = -1

@@ -159,6 +159,13 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
     if not prompt.strip():
         empty = "empty" if not prompt else "only whitespace"
         raise SpecrlError(f'{where}: "prompt" is {empty}; give the prompt text or drop the line')
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # JSON's "\ud800" escape: a lone surrogate
+        raise SpecrlError(
+            f'{where}: "prompt" is not valid Unicode ({err.reason} at character {err.start}); '
+            "fix the escape sequence"
+        ) from None
     domain = check_domain_name(obj.get("domain", DEFAULT_DOMAIN), f'{where}: "domain"')
     temperature = _number(obj, "temperature", 0.0, where)
     if temperature < 0:
