@@ -17,13 +17,29 @@ def read_json(path: str | Path, what: str, remake: str):
     """Parse ``path`` or raise a one-line error naming the file and ``remake``, the fix."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(), object_pairs_hook=unique_keys)
+    except DuplicateKeyError as err:
+        raise SpecrlError(f"{what} file {path}: {err}; keep one of them") from None
     except FileNotFoundError:
         raise SpecrlError(f"{what} file {path} not found; {remake}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SpecrlError(f"{what} file {path} is not valid JSON ({err}); {remake}") from None
     except (RecursionError, ValueError) as err:  # nesting too deep, integers too long
         raise SpecrlError(f"{what} file {path} is not valid JSON ({err}); {remake}") from None
+
+
+class DuplicateKeyError(ValueError):
+    pass
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refusing a key given twice (json.loads would keep the last silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKeyError(f"key {twice!r} appears twice in one object")
+    return obj
 
 
 def positive_ints(text: str) -> list[int]:
@@ -48,7 +64,7 @@ def check_header(
         raise SpecrlError(f"{source}: field 'format' must be {fmt!r}; not a {what}")
     versions = version if isinstance(version, tuple) else (version,)
     found = obj.get("version")
-    if isinstance(found, bool) or found not in versions:
+    if not isinstance(found, int) or isinstance(found, bool) or found not in versions:
         readable = " or ".join(str(v) for v in versions)
         raise SpecrlError(
             f"{source}: field 'version' is {found!r}; this specrl reads version "

@@ -80,3 +80,26 @@ def test_write_atomic_writes_through_a_symlink_and_never_over_a_device(tmp_path)
     with pytest.raises(SpecrlError, match=r"--out .*pipe is not a regular file"):
         check_output(fifo, "--out")
     assert not fifo.is_file() and fifo.exists()
+
+
+def test_a_key_given_twice_is_refused_not_silently_overwritten(tmp_path):
+    from specrl.table import load_table
+    from specrl.workload.user_prompts import load_prompts
+
+    table = tmp_path / "t.json"
+    table.write_text('{"format": "specrl-k-table", "k_max": 4, "k_max": 2}')
+    with pytest.raises(SpecrlError, match=r"t\.json: key 'k_max' appears twice in one object"):
+        load_table(table)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a", "temperature": 0, "temperature": 1}\n')
+    with pytest.raises(SpecrlError, match=r"line 1: key 'temperature' appears twice"):
+        load_prompts(prompts)
+
+
+def test_a_version_must_be_an_integer():
+    from specrl.files import check_header
+
+    header = {"format": "f", "version": 2.0}
+    with pytest.raises(SpecrlError, match=r"field 'version' is 2\.0; this specrl reads version 2"):
+        check_header(header, "x.json", fmt="f", version=2, what="thing", remake="remake it")
+    check_header({"format": "f", "version": 2}, "x.json", fmt="f", version=2, what="t", remake="r")

@@ -41,6 +41,7 @@ from statistics import NormalDist
 import numpy as np
 
 from specrl.errors import SpecrlError
+from specrl.files import DuplicateKeyError, unique_keys
 from specrl.workload.trace import (
     DEFAULT_OUTPUT_LENGTHS,
     SAMPLING_CONFIGS,
@@ -140,7 +141,9 @@ def parse_prompt_line(text: str, where: str, line: int = 0) -> UserPrompt:
     """One line of a prompts file; errors start with ``where`` (the file and line)."""
     jsonl = f"a prompts file is JSON Lines: one object per line, like {EXAMPLE}"
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as err:
+        raise SpecrlError(f"{where}: {err}; keep one of them") from None
     except json.JSONDecodeError as err:
         spread = " (one JSON value spread over several lines?)" if text.strip() in "{[" else ""
         raise SpecrlError(
