@@ -196,7 +196,16 @@ def run_demo(options: DemoOptions) -> DemoResult:
     cache = root / "demo-cache"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = root / f"demo-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(2, 100):  # two demos started in the same second
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                run_dir = root / f"demo-{stamp}-{n}"
+    except OSError as err:
+        raise SpecrlError(f"--out {root}: cannot write there ({err}); give another") from None
     seconds: dict[str, float] = {}
     artifacts: dict[str, str] = {}
     clock = time.perf_counter()
@@ -320,7 +329,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     artifacts["plots (PNG)"] = ", ".join(str(p) for p in plots.values())
     groups = log_comparison(
         reports,
-        group=f"demo-{stamp}",
+        group=run_dir.name,
         out_dir=run_dir,
         mode=options.wandb,
         plots=plots,

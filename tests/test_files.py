@@ -103,3 +103,31 @@ def test_a_version_must_be_an_integer():
     with pytest.raises(SpecrlError, match=r"field 'version' is 2\.0; this specrl reads version 2"):
         check_header(header, "x.json", fmt="f", version=2, what="thing", remake="remake it")
     check_header({"format": "f", "version": 2}, "x.json", fmt="f", version=2, what="t", remake="r")
+
+
+def test_wandb_online_without_credentials_says_how_to_log_in(monkeypatch):
+    import wandb
+
+    from specrl.report.dashboard import init_wandb
+
+    def no_key(**kwargs):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", no_key)
+    with pytest.raises(SpecrlError, match=r"wandb online run could not start .*`wandb sync` later"):
+        init_wandb(mode="online", project="specrl")
+
+
+def test_train_and_demo_refuse_an_out_they_cannot_write(tmp_path):
+    from specrl.pipeline import DemoOptions, run_demo
+    from specrl.train import TrainConfig, train
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SpecrlError, match=r"--out .*file is a file; a run needs a directory"):
+        train(TrainConfig(out=str(blocker)), progress=False)
+    with pytest.raises(SpecrlError, match=r"--out .*file/sub/run: cannot write there \(Not a directory\)"):
+        train(TrainConfig(out=str(blocker / "sub" / "run")), progress=False)
+    with pytest.raises(SpecrlError, match=r"--out .*file/runs: cannot write there"):
+        run_demo(DemoOptions(out=str(blocker / "runs")))
+    assert blocker.read_text() == ""

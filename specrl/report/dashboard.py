@@ -200,7 +200,7 @@ def _init(project, group, name, job_type, out_dir: Path, mode: str, config: dict
     """A new wandb run; ``reinit="create_new"`` leaves any run the caller has open alone."""
     import wandb
 
-    return wandb.init(
+    return init_wandb(
         project=project,
         group=group,
         name=name,
@@ -211,6 +211,20 @@ def _init(project, group, name, job_type, out_dir: Path, mode: str, config: dict
         reinit="create_new",
         settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
     )
+
+
+def init_wandb(**kwargs):
+    """``wandb.init(**kwargs)``; online mode without credentials is a SpecrlError saying how
+    to log in or to stay offline, not wandb's UsageError."""
+    import wandb
+
+    try:
+        return wandb.init(**kwargs)
+    except wandb.errors.UsageError as err:
+        raise SpecrlError(
+            f"wandb {kwargs.get('mode', '')} run could not start ({err}); run `wandb login` (or "
+            "set WANDB_API_KEY), or log offline (the default) and `wandb sync` later"
+        ) from None
 
 
 def _run_dir(run, mode: str) -> Path | None:

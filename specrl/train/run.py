@@ -957,6 +957,12 @@ def check_start(config: TrainConfig, *, resume: bool) -> Checkpoint | None:
 
 
 def _check_fresh(run_dir: Path) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise SpecrlError(f"--out {run_dir} is a file; a run needs a directory, give another")
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpecrlError(f"--out {run_dir}: cannot write there ({err.strerror or err})") from None
     taken = [p for p in (CONFIG_FILE, MODEL_FILE, CHECKPOINT_DIR) if (run_dir / p).exists()]
     if taken:
         raise SpecrlError(
@@ -1107,8 +1113,10 @@ def _start_wandb(config: TrainConfig, run_dir: Path, wandb_id: str | None, tenso
         # Naming the root before wandb.init keeps the keys as SB3 records them
         # ("eval/ratio_oracle") and spares wandb a 10 s wait to guess it.
         wandb.tensorboard.patch(root_logdir=str(tensorboard_dir))
+    from specrl.report.dashboard import init_wandb
+
     try:
-        return wandb.init(
+        return init_wandb(
             project="specrl",
             # The run directory and its parent: experiments name runs seed-0/run, micro/run.
             name="/".join(run_dir.resolve().parts[-2:]),
