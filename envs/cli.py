@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from specrl import options
+
 SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
 SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
 """(preset, requests, peak): a sampled mixed day, and two steady loads at both ends of the
@@ -35,10 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--force", action="store_true", help="accept a profile from elsewhere, or a stale one"
     )
     val.add_argument("--preset", default="small", help="default pair to run live (small)")
-    val.add_argument("--device", default="cpu")
+    val.add_argument(
+        "--device", type=options.device, default="cpu", help="cpu, cuda or cuda:N (default cpu)"
+    )
     val.add_argument(
         "--threads",
-        type=int,
+        type=options.THREADS,
         default=None,
         help="torch threads (default: the profile's; with --measure, torch's own choice)",
     )
@@ -55,16 +59,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"comma list of policy names (default {','.join(SIM2REAL_POLICIES)})",
     )
     val.add_argument(
-        "--surrogate-seeds", type=int, default=20, help="surrogate episodes averaged per policy"
+        "--surrogate-seeds",
+        type=options.positive_int,
+        default=20,
+        help="surrogate episodes averaged per policy (default 20)",
     )
     val.add_argument(
         "--live-repeats",
-        type=int,
+        type=options.positive_int,
         default=3,
         help="live episodes per policy, taking turns (forward, then reversed; even counts "
         "cancel a drift in the machine's speed)",
     )
-    val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--seed", type=options.SEED, default=0)
     val.add_argument(
         "--trace-seeds",
         type=int,

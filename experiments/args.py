@@ -1,5 +1,11 @@
 """Command-line options from a dataclass, cleanrl style: one ``--option`` per field, its
-help the docstring right below the field. Shared by the scripts in ``experiments/``."""
+help the docstring right below the field. Shared by the scripts in ``experiments/``.
+
+A numeric field states its range with :func:`arg`: ``episodes: int = arg(3, positive_int)``
+(the argparse types of :mod:`specrl.options`), and a bad value is refused while the command
+line is parsed (``seeds.py: error: argument --episodes: expected an integer >= 1, got '0'``,
+exit status 2), before anything trains. A numeric field without one is a programming error,
+raised when the parser is built."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+from collections.abc import Callable
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -20,13 +27,50 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
-def _tuple_of(item: type):
-    """argparse type for a comma list: ``"64,64"`` -> ``(64, 64)``."""
+def arg(default, check: Callable[[str], object]):
+    """A field whose option takes what ``check`` (an argparse type) accepts; for a tuple
+    field, each item of the comma list."""
+    return dataclasses.field(default=default, metadata={"check": check})
+
+
+def one_of(*names: str) -> Callable[[str], str]:
+    """argparse type: one of ``names``."""
+
+    def convert(text: str) -> str:
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(names)}, got {text!r}")
+        return text
+
+    convert.__name__ = "str"
+    return convert
+
+
+def _tuple_of(item: Callable[[str], object]):
+    """argparse type for a non-empty comma list: ``"64,64"`` -> ``(64, 64)``, each item
+    converted (and checked) by ``item``."""
+    wanted = getattr(item, "wanted", None) or {int: "an integer", float: "a number"}.get(
+        item, "a name"
+    )
 
     def convert(text: str) -> tuple:
-        return tuple(item(x) for x in text.split(",") if x)
+        parts = [x for x in text.split(",") if x]
+        if not parts:
+            raise argparse.ArgumentTypeError(
+                f"expected a non-empty comma list, each {wanted}, got {text!r}"
+            )
+        try:
+            return tuple(item(x) for x in parts)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"{err} (in the list {text!r})") from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma list, each {wanted}, got {text!r}"
+            ) from None
 
     return convert
+
+
+NUMBERS = (int, float)
 
 
 def dataclass_parser(cls, doc: str | None) -> argparse.ArgumentParser:
@@ -46,11 +90,18 @@ def dataclass_parser(cls, doc: str | None) -> argparse.ArgumentParser:
                 help=f"{docs[f.name]} (default: {f.default})",
             )
             continue
+        check = f.metadata.get("check")
+        item = type(f.default[0]) if kind is tuple and f.default else kind
+        if check is None and item in NUMBERS:
+            raise TypeError(
+                f"{cls.__name__}.{f.name}: a numeric option needs its range; declare it as "
+                f"{f.name}: ... = arg(default, check) with a type from specrl.options"
+            )
         if kind is tuple:
-            convert = _tuple_of(type(f.default[0]) if f.default else str)
+            convert = _tuple_of(check or (str if item is tuple else item))
             shown = ",".join(str(x) for x in f.default)
         else:
-            convert, shown = kind, f.default
+            convert, shown = check or kind, f.default
         parser.add_argument(
             option, type=convert, default=f.default, help=f"{docs[f.name]} (default: {shown})"
         )

@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from args import script_main
+from args import arg, one_of, script_main
 
 from specrl.files import write_json
+from specrl.options import BATCH, N_REQUESTS_MAX, SEED, int_in, positive_int, workload_preset
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Args:
     group ({exp_name}-surrogate-{workload}; the group itself with one workload)."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    workloads: tuple[str, ...] = ("ramp", "day", "bursts", "mixed")
+    workloads: tuple[str, ...] = arg(("ramp", "day", "bursts", "mixed"), workload_preset)
     """Workload presets, one comparison each."""
     policies: str = ""
     """Comma list of policies (specrl compare's names); empty: every baseline and the oracle."""
@@ -37,17 +38,17 @@ class Args:
     """A `specrl train` run to add as ppo:RUN."""
     table: str = ""
     """An exported K table to add as lookup:TABLE."""
-    episodes: int = 3
+    episodes: int = arg(3, positive_int)
     """Episodes per workload and policy (seeds seed..seed+episodes-1)."""
-    seed: int = 20_000
+    seed: int = arg(20_000, SEED)
     """First seed: held out from training (0..), its evaluation (10,000) and warm start (30,000)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
-    max_batch: int = 128
+    max_batch: int = arg(128, BATCH)
     """Largest batch, and the workloads' peak concurrency."""
-    n_requests: int = 0
+    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per trace; 0: the preset's own."""
-    wandb: str = "offline"
+    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
     """wandb mode: offline, online or disabled."""
 
 

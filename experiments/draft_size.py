@@ -20,9 +20,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from args import script_main
+from args import arg, one_of, script_main
 
 from specrl.files import write_json
+from specrl.options import (
+    BATCH,
+    N_REQUESTS_MAX,
+    SEED,
+    THREADS,
+    int_in,
+    model_preset,
+    positive_int,
+    workload_preset,
+)
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -34,35 +44,35 @@ class Args:
     """Name of the experiment: the wandb groups' prefix and the output directory's."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    presets: tuple[str, ...] = ("small", "small-draft3")
+    presets: tuple[str, ...] = arg(("small", "small-draft3"), model_preset)
     """Pairs to run, each with its own profile, run and table."""
-    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    batch_sizes: tuple[int, ...] = arg((1, 2, 4, 8, 16, 32, 64, 128), BATCH)
     """The profiles' batch grid."""
-    contexts: tuple[int, ...] = (16, 128, 256)
+    contexts: tuple[int, ...] = arg((16, 128, 256), int_in(2))
     """The profiles' prompt lengths."""
-    reps: int = 3
+    reps: int = arg(3, positive_int)
     """Profile repetitions per cell."""
-    acceptance_rows: int = 384
+    acceptance_rows: int = arg(384, positive_int)
     """Requests per domain and temperature band for the profiles' acceptance."""
-    threads: int = 1
+    threads: int = arg(1, THREADS)
     """torch threads while profiling (the profile holds at this count)."""
-    total_timesteps: int = 50_000
+    total_timesteps: int = arg(50_000, positive_int)
     """PPO env steps per preset (PPO trains whole rollouts of n_envs x n_steps)."""
-    n_envs: int = DEFAULT.n_envs
+    n_envs: int = arg(DEFAULT.n_envs, positive_int)
     """Training envs stepped together."""
-    n_steps: int = DEFAULT.n_steps
+    n_steps: int = arg(DEFAULT.n_steps, positive_int)
     """Steps per env per rollout."""
-    batch_size: int = DEFAULT.batch_size
+    batch_size: int = arg(DEFAULT.batch_size, int_in(2))
     """PPO minibatch size."""
-    workloads: tuple[str, ...] = ("ramp", "day", "bursts", "mixed")
+    workloads: tuple[str, ...] = arg(("ramp", "day", "bursts", "mixed"), workload_preset)
     """Workloads of the comparison."""
-    episodes: int = 2
+    episodes: int = arg(2, positive_int)
     """Comparison episodes per workload and policy."""
-    seed: int = 20_000
+    seed: int = arg(20_000, SEED)
     """First seed of the comparison's traces (held out from training)."""
-    n_requests: int = 0
+    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per surrogate trace; 0: the preset's own."""
-    wandb: str = "offline"
+    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
     """wandb mode: offline, online or disabled."""
 
 

@@ -24,9 +24,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from args import script_main
+from args import arg, one_of, script_main
 
 from specrl.files import write_json
+from specrl.options import (
+    BATCH,
+    N_REQUESTS_MAX,
+    SEED,
+    int_in,
+    nonnegative_int,
+    positive_int,
+    workload_preset,
+)
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -42,35 +51,35 @@ class Args:
     """Name of the experiment: the wandb groups' prefix and the output directory's."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = arg((0, 1, 2), SEED)
     """Training seeds, one run each."""
-    total_timesteps: int = DEFAULT.total_timesteps
+    total_timesteps: int = arg(DEFAULT.total_timesteps, positive_int)
     """Env steps per run."""
-    workloads: tuple[str, ...] = DEFAULT.workloads
+    workloads: tuple[str, ...] = arg(DEFAULT.workloads, workload_preset)
     """Training workload presets."""
-    eval_workloads: tuple[str, ...] = ("ramp", "day", "bursts")
+    eval_workloads: tuple[str, ...] = arg(("ramp", "day", "bursts"), workload_preset)
     """Workloads of the comparison (and of training's own evaluation)."""
-    episodes: int = 3
+    episodes: int = arg(3, positive_int)
     """Comparison episodes per workload and policy."""
-    compare_seed: int = 20_000
+    compare_seed: int = arg(20_000, SEED)
     """First seed of the comparison's traces (held out from training and its evaluation)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
-    max_batch: int = DEFAULT.max_batch
+    max_batch: int = arg(DEFAULT.max_batch, BATCH)
     """Largest batch, and the workloads' peak concurrency."""
-    n_requests: int = 0
+    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per trace; 0: the preset's own."""
-    n_envs: int = DEFAULT.n_envs
+    n_envs: int = arg(DEFAULT.n_envs, positive_int)
     """Training envs stepped together."""
-    n_steps: int = DEFAULT.n_steps
+    n_steps: int = arg(DEFAULT.n_steps, positive_int)
     """Steps per env per rollout."""
-    batch_size: int = DEFAULT.batch_size
+    batch_size: int = arg(DEFAULT.batch_size, int_in(2))
     """PPO minibatch size."""
-    net_arch: tuple[int, ...] = DEFAULT.net_arch
+    net_arch: tuple[int, ...] = arg(DEFAULT.net_arch, positive_int)
     """Hidden layer widths."""
-    eval_every: int = DEFAULT.eval_every
+    eval_every: int = arg(DEFAULT.eval_every, nonnegative_int)
     """Env steps between training's held-out evaluations (0: the final one only)."""
-    wandb: str = "offline"
+    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
     """wandb mode: offline, online or disabled."""
 
 

@@ -14,9 +14,21 @@ import sys
 import time
 from dataclasses import dataclass
 
-from args import parse_dataclass
+from args import arg, one_of, parse_dataclass
 
 from specrl.errors import SpecrlError
+from specrl.options import (
+    BATCH,
+    K_MAX,
+    N_REQUESTS_MAX,
+    SEED,
+    THREADS,
+    float_in,
+    int_in,
+    nonnegative_int,
+    positive_int,
+    workload_preset,
+)
 from specrl.train import TrainConfig, train
 from specrl.train.cli import format_summary
 
@@ -29,9 +41,9 @@ class Args:
     """Name of the experiment: the first part of the run directory's name."""
     out: str = ""
     """Run directory; empty: runs/{exp_name}__{seed}__{unix time}."""
-    seed: int = DEFAULT.seed
+    seed: int = arg(DEFAULT.seed, SEED)
     """Seed of the model, the global RNGs and the training envs."""
-    total_timesteps: int = DEFAULT.total_timesteps
+    total_timesteps: int = arg(DEFAULT.total_timesteps, positive_int)
     """Env steps to train for, over all envs."""
     env: str = DEFAULT.env
     """Where PPO trains: surrogate or live (the real engine on this machine, one env)."""
@@ -41,36 +53,36 @@ class Args:
     """A finished run to fine-tune (its model.zip); empty: a new network."""
     force_profile: bool = DEFAULT.force_profile
     """--env live: use a profile measured elsewhere, or stale, with a warning."""
-    workloads: tuple[str, ...] = DEFAULT.workloads
+    workloads: tuple[str, ...] = arg(DEFAULT.workloads, workload_preset)
     """Workload presets drawn per training episode."""
-    n_requests: int = 0
+    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per preset trace; 0: the preset's own."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
-    max_batch: int = DEFAULT.max_batch
+    max_batch: int = arg(DEFAULT.max_batch, BATCH)
     """Most rows decoded in one step."""
-    max_len: int = DEFAULT.max_len
+    max_len: int = arg(DEFAULT.max_len, positive_int)
     """Longest sequence (prompt + output) a row may reach."""
-    k_max: int = DEFAULT.k_max
+    k_max: int = arg(DEFAULT.k_max, K_MAX)
     """Largest K; actions are 0..k_max (0: speculation off)."""
-    n_envs: int = 0
+    n_envs: int = arg(0, nonnegative_int)
     """Training envs stepped together; 0: 8 on the surrogate, 1 live (the only
     count the live env takes)."""
-    n_steps: int = DEFAULT.n_steps
+    n_steps: int = arg(DEFAULT.n_steps, positive_int)
     """Steps per env per rollout."""
-    batch_size: int = DEFAULT.batch_size
+    batch_size: int = arg(DEFAULT.batch_size, int_in(2))
     """PPO minibatch size."""
-    n_epochs: int = DEFAULT.n_epochs
+    n_epochs: int = arg(DEFAULT.n_epochs, positive_int)
     """Passes over each rollout."""
-    learning_rate: float = DEFAULT.learning_rate
+    learning_rate: float = arg(DEFAULT.learning_rate, float_in(0.0, 1.0, low_open=True))
     """Adam learning rate."""
-    gamma: float = DEFAULT.gamma
+    gamma: float = arg(DEFAULT.gamma, float_in(0.0, 1.0, low_open=True))
     """Discount per step."""
-    gae_lambda: float = DEFAULT.gae_lambda
+    gae_lambda: float = arg(DEFAULT.gae_lambda, float_in(0.0, 1.0, low_open=True))
     """GAE lambda."""
-    ent_coef: float = DEFAULT.ent_coef
+    ent_coef: float = arg(DEFAULT.ent_coef, float_in(0.0, 1.0))
     """Entropy bonus."""
-    net_arch: tuple[int, ...] = DEFAULT.net_arch
+    net_arch: tuple[int, ...] = arg(DEFAULT.net_arch, positive_int)
     """Hidden layer widths of the policy and value networks."""
     reward_reference: str = DEFAULT.reward_reference
     """Rate a step's seconds are charged at: batch (per batch size) or workload."""
@@ -80,25 +92,25 @@ class Args:
     """Controller imitated before PPO (a policy name, or none)."""
     reference_floor: bool = DEFAULT.reference_floor
     """Floor the reward's reference at the warm start teacher's rate per batch size."""
-    warm_start_episodes: int = DEFAULT.warm_start_episodes
+    warm_start_episodes: int = arg(DEFAULT.warm_start_episodes, positive_int)
     """Episodes of each training workload the warm start's teacher plays."""
-    warm_start_epochs: int = DEFAULT.warm_start_epochs
+    warm_start_epochs: int = arg(DEFAULT.warm_start_epochs, positive_int)
     """Passes of behaviour cloning."""
     normalize_reward: bool = DEFAULT.normalize_reward
     """Scale rewards by the running spread of the discounted return (SB3 VecNormalize)."""
-    eval_workloads: tuple[str, ...] = DEFAULT.eval_workloads
+    eval_workloads: tuple[str, ...] = arg(DEFAULT.eval_workloads, workload_preset)
     """Workload presets of the held-out evaluation."""
-    eval_episodes: int = DEFAULT.eval_episodes
+    eval_episodes: int = arg(DEFAULT.eval_episodes, positive_int)
     """Episodes per evaluation workload."""
-    eval_seed: int = DEFAULT.eval_seed
+    eval_seed: int = arg(DEFAULT.eval_seed, SEED)
     """Seed of the first evaluation episode (far from the training seeds)."""
-    eval_every: int = DEFAULT.eval_every
+    eval_every: int = arg(DEFAULT.eval_every, nonnegative_int)
     """Env steps between held-out evaluations (0: the final one only)."""
-    checkpoint_every: int = DEFAULT.checkpoint_every
+    checkpoint_every: int = arg(DEFAULT.checkpoint_every, positive_int)
     """Env steps between checkpoints."""
-    wandb: str = DEFAULT.wandb
+    wandb: str = arg(DEFAULT.wandb, one_of("offline", "online", "disabled"))
     """wandb mode: offline, online or disabled."""
-    torch_threads: int = DEFAULT.torch_threads
+    torch_threads: int = arg(DEFAULT.torch_threads, THREADS)
     """torch intra-op threads."""
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl import options
 from specrl.errors import SpecrlError
 from specrl.features import batch_bucket, bucket_bounds, bucket_labels
 from specrl.files import check_output, write_atomic, write_json
@@ -331,10 +332,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--workload", default="mixed", help="a preset (mixed, ramp, day, ...) or TRACE.json"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=options.SEED, default=0)
     parser.add_argument(
         "--episodes",
-        type=int,
+        type=options.positive_int,
         default=4,
         help="episodes per policy (default 4; even, so the play order cancels a drift)",
     )
@@ -344,14 +345,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--profile", metavar="PROFILE.json", help="hardware profile (default: the shipped one)"
     )
-    parser.add_argument("--max-batch", type=int, default=128)
-    parser.add_argument("--max-len", type=int, default=384)
-    parser.add_argument("--n-requests", type=int, default=None, help="requests per preset trace")
-    parser.add_argument("--k-max", type=int, default=4)
-    parser.add_argument("--preset", default="small", help="default pair for --env live")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-batch", type=options.BATCH, default=128)
+    parser.add_argument("--max-len", type=options.positive_int, default=384)
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (live; default: the profile's)"
+        "--n-requests", type=options.N_REQUESTS, default=None, help="requests per preset trace"
+    )
+    parser.add_argument("--k-max", type=options.K_MAX, default=4)
+    parser.add_argument("--preset", default="small", help="default pair for --env live")
+    parser.add_argument("--device", type=options.device, default="cpu")
+    parser.add_argument(
+        "--threads",
+        type=options.THREADS,
+        default=None,
+        help="torch threads (live; default: the profile's)",
     )
     parser.add_argument(
         "--force",
@@ -401,7 +407,20 @@ def make_env(args: argparse.Namespace):
     return env, profile
 
 
+def _known_workload(name: str) -> None:
+    """``--workload`` names a preset or a trace file: said before any other option is judged
+    by it (``--n-requests`` draws a preset's trace, and would otherwise take the blame)."""
+    from specrl.workload.trace import PRESETS, is_preset
+
+    if not (is_preset(name) or name.endswith(".json") or Path(name).exists()):
+        raise SpecrlError(
+            f"workload {name!r} is neither a preset ({', '.join(PRESETS)}, or steady-N for "
+            "any N) nor a trace file (.json, from `specrl workload`)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    _known_workload(str(args.workload))
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
     from specrl.policies.oracle import LIVE_REFUSAL

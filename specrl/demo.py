@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from specrl import options
 from specrl.models.build import PRESETS
 
 
@@ -45,12 +46,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "speculative decoding and print the acceptance rate per domain.",
     )
     parser.add_argument("--preset", default="small", choices=list(PRESETS))
-    parser.add_argument("--k", type=int, default=3, help="draft tokens per step (default 3)")
-    parser.add_argument("--batch", type=int, default=4, help="concurrent requests (default 4)")
-    parser.add_argument("--prompt-len", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    parser.add_argument(
+        "--k",
+        type=options.int_in(0, options.K_MAX_LIMIT),
+        default=3,
+        help="draft tokens per step (default 3)",
+    )
+    parser.add_argument(
+        "--batch", type=options.BATCH, default=4, help="concurrent requests (default 4)"
+    )
+    parser.add_argument("--prompt-len", type=options.positive_int, default=64)
+    parser.add_argument("--new-tokens", type=options.positive_int, default=64)
+    parser.add_argument("--temperature", type=options.nonnegative_float, default=0.0)
+    parser.add_argument(
+        "--device", type=options.device, default=None, help="default: cuda if available, else cpu"
+    )
     parser.set_defaults(func=run)
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from specrl import options
 from specrl.errors import SpecrlError
 from specrl.files import write_json
 
@@ -386,23 +387,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default=defaults.out, help="runs directory (default: runs)")
     parser.add_argument("--preset", default=defaults.preset, help="default pair (small)")
     parser.add_argument(
-        "--timesteps", type=int, default=defaults.timesteps, help="PPO env steps (50,000)"
+        "--timesteps",
+        type=options.positive_int,
+        default=defaults.timesteps,
+        help="PPO env steps (50,000)",
     )
     parser.add_argument(
         "--surrogate-episodes",
-        type=int,
+        type=options.positive_int,
         default=defaults.surrogate_episodes,
         help="held-out episodes per workload and policy in the surrogate (2)",
     )
     parser.add_argument(
         "--live-requests",
-        type=int,
+        type=options.N_REQUESTS,
         default=defaults.live_requests,
         help="requests in the live held-out trace (64)",
     )
     parser.add_argument(
         "--live-episodes",
-        type=int,
+        type=options.positive_int,
         default=defaults.live_episodes,
         help="live held-out traces, the policies taking turns in ABBA order (2)",
     )
@@ -411,9 +415,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--wandb", choices=("offline", "online", "disabled"), default=defaults.wandb
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: the profile's)"
+        "--threads",
+        type=options.THREADS,
+        default=None,
+        help="torch threads (default: the profile's)",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", type=options.device, default="cpu")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run)
 

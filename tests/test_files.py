@@ -126,7 +126,9 @@ def test_train_and_demo_refuse_an_out_they_cannot_write(tmp_path):
     blocker.write_text("")
     with pytest.raises(SpecrlError, match=r"--out .*file is a file; a run needs a directory"):
         train(TrainConfig(out=str(blocker)), progress=False)
-    with pytest.raises(SpecrlError, match=r"--out .*file/sub/run: cannot write there \(Not a directory\)"):
+    with pytest.raises(
+        SpecrlError, match=r"--out .*file/sub/run: cannot write there \(Not a directory\)"
+    ):
         train(TrainConfig(out=str(blocker / "sub" / "run")), progress=False)
     with pytest.raises(SpecrlError, match=r"--out .*file/runs: cannot write there"):
         run_demo(DemoOptions(out=str(blocker / "runs")))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from specrl import options
 from specrl.files import positive_ints
 from specrl.models.build import PRESETS
 
@@ -26,15 +27,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     engine.add_argument("--target", help="target model id or directory (with --draft)")
     engine.add_argument("--draft", help="draft model id or directory (with --target)")
-    engine.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    engine.add_argument(
+        "--device",
+        type=options.device,
+        default=None,
+        help="cpu, cuda or cuda:N (default: cuda if available, else cpu)",
+    )
     engine.add_argument("--batch-sizes", type=positive_ints, default=[1, 4, 16, 64])
-    engine.add_argument("--k-max", type=int, default=4)
-    engine.add_argument("--prompt-len", type=int, default=128)
-    engine.add_argument("--new-tokens", type=int, default=64)
-    engine.add_argument("--repeats", type=int, default=5)
+    engine.add_argument(
+        "--k-max",
+        type=options.K_MAX,
+        default=4,
+        help=f"largest K, 1..{options.K_MAX_LIMIT} (default 4)",
+    )
+    engine.add_argument(
+        "--prompt-len", type=options.positive_int, default=128, help="tokens (default 128)"
+    )
+    engine.add_argument(
+        "--new-tokens", type=options.positive_int, default=64, help="tokens (default 64)"
+    )
+    engine.add_argument("--repeats", type=options.positive_int, default=5, help="default 5")
     engine.add_argument(
         "--min-sample-s",
-        type=float,
+        type=options.nonnegative_float,
         default=0.0,
         help="run short jobs back to back until a sample spans this long (default: 0, off)",
     )
@@ -48,9 +63,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "and print env steps per second on one core.",
     )
     surrogate.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
-    surrogate.add_argument("--steps", type=int, default=200_000, help="default 200000")
     surrogate.add_argument(
-        "--max-batch", type=int, default=64, help="default 64 (the envs' own default is 128)"
+        "--steps", type=options.positive_int, default=200_000, help="default 200000"
+    )
+    surrogate.add_argument(
+        "--max-batch",
+        type=options.BATCH,
+        default=64,
+        help="default 64 (the envs' own default is 128)",
     )
     surrogate.set_defaults(func=_surrogate)
 
@@ -63,7 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     controller.add_argument(
         "--table", metavar="TABLE.json", help="default: a built-in example table"
     )
-    controller.add_argument("--calls", type=int, default=1_000_000)
+    controller.add_argument(
+        "--calls", type=options.positive_int, default=1_000_000, help="default 1000000"
+    )
     controller.set_defaults(func=_controller)
 
 

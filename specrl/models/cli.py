@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 
+from specrl import options
 from specrl.models.build import PRESETS
 
 
@@ -20,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     _add_preset(build)
     build.add_argument("--out", help="pair directory (default: $SPECRL_HOME/pairs/PRESET)")
-    build.add_argument("--seed", type=int, default=0, help="training seed (default: 0)")
+    build.add_argument("--seed", type=options.SEED, default=0, help="training seed (default: 0)")
     build.add_argument(
         "--retrain", action="store_true", help="train from scratch even if a valid pair exists"
     )

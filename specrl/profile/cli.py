@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from specrl import options
 from specrl.files import positive_ints
 
 
@@ -50,19 +51,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--acceptance-rows",
-        type=int,
+        type=options.positive_int,
         default=None,
         help="requests decoded per domain and temperature band (default 384; with --prompts, "
         "sampled bands cycle through their prompts to reach it, greedy ones decode each once)",
     )
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument(
+        "--device", type=options.device, default="cpu", help="cpu, cuda or cuda:N (default cpu)"
+    )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=options.THREADS,
         default=None,
-        help="torch threads (default: torch's own choice; with --check, the profile's)",
+        help="torch threads, >= 1 (default: torch's own choice; with --check, the profile's)",
     )
-    parser.add_argument("--k-max", type=int, default=4)
+    parser.add_argument(
+        "--k-max",
+        type=options.K_MAX,
+        default=4,
+        help=f"largest K timed, 1..{options.K_MAX_LIMIT} (default 4)",
+    )
     parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128])
     parser.add_argument(
         "--contexts",
@@ -70,8 +78,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=[16, 128, 256],
         help="prompt lengths of the timing cells (tokens)",
     )
-    parser.add_argument("--reps", type=int, default=5, help="repetitions per K and cell")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--reps",
+        type=options.positive_int,
+        default=5,
+        help="repetitions per K and cell, >= 1 (default 5)",
+    )
+    parser.add_argument("--seed", type=options.SEED, default=0)
     parser.set_defaults(func=run)
 
 

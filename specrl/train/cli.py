@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specrl import options
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from specrl.train.config import WANDB_MODES, TrainConfig
@@ -25,12 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--timesteps",
-        type=int,
+        type=options.positive_int,
         default=None,
         help=f"total env steps (default {TrainConfig.total_timesteps:,}: about 2.5 minutes on "
         "2 cores; with --resume: the run's own unless given)",
     )
-    parser.add_argument("--seed", type=int, default=None, help="default 0 (new runs only)")
+    parser.add_argument("--seed", type=options.SEED, default=None, help="default 0 (new runs only)")
     parser.add_argument(
         "--wandb", choices=WANDB_MODES, default=None, help="wandb mode (default offline)"
     )
@@ -46,10 +48,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--init", metavar="RUN_DIR", help="start from this finished run's model (fine-tune)"
     )
-    parser.add_argument("--n-requests", type=int, default=None, help="requests per training trace")
+    parser.add_argument(
+        "--n-requests",
+        type=options.N_REQUESTS,
+        default=None,
+        help="requests per training trace (default: the preset's own)",
+    )
     parser.add_argument(
         "--max-len",
-        type=int,
+        type=options.positive_int,
         default=None,
         help=f"longest request, prompt plus output tokens (default {TrainConfig.max_len}; raise "
         "it for a profile of long prompts)",

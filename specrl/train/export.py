@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl import options
 from specrl.errors import SpecrlError
 from specrl.export import FORMATS, check_acceptance, export_file, table_from_policy
 from specrl.files import check_output, write_atomic
@@ -513,7 +514,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=FORMATS, default="native")
     parser.add_argument(
         "--acceptance",
-        type=float,
+        type=options.probability,
         default=None,
         help="the operating acceptance: where vllm/trtllm collapse the table and where the "
         "native table's probe looks (scope operating); default: the policy's mean acceptance "
@@ -521,14 +522,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "with --table, the table's recorded one",
     )
     parser.add_argument(
-        "--context-len", type=int, default=None, help="trtllm: the context bin to export"
+        "--context-len",
+        type=options.positive_int,
+        default=None,
+        help="trtllm: the context bin to export",
     )
     parser.add_argument(
-        "--k-max", type=int, default=None, help="refuse a run trained with another k_max"
+        "--k-max", type=options.K_MAX, default=None, help="refuse a run trained with another k_max"
     )
     parser.add_argument(
         "--episodes",
-        type=int,
+        type=options.positive_int,
         default=None,
         help=f"fidelity check episodes per workload (default {FIDELITY_EPISODES})",
     )

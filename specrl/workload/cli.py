@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from specrl import options
+
 
 def _preset(name: str) -> str:
     """argparse type: a preset name (``steady-N`` for any N >= 1)."""
@@ -34,14 +36,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="ramp",
         help=f"one of {', '.join(PRESETS)}; steady-N for any N (default: ramp)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=options.SEED, default=0)
     parser.add_argument(
         "--n-requests",
-        type=int,
+        type=options.N_REQUESTS,
         default=None,
-        help="requests (default: the preset's; with --prompts, one per prompt, cycled when more)",
+        help=f"requests, 1..{options.N_REQUESTS_MAX:,} (default: the preset's; with --prompts, "
+        "one per prompt, cycled when more)",
     )
-    parser.add_argument("--peak", type=int, default=64, help="largest concurrency")
+    parser.add_argument(
+        "--peak",
+        type=options.BATCH,
+        default=64,
+        help=f"largest concurrency, 1..{options.BATCH_MAX} (default 64)",
+    )
     parser.add_argument(
         "--prompts", metavar="PROMPTS.jsonl", help="build the requests from this prompts file"
     )
