@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
+from test_experiments import load as load_script
 
 import specrl.cli
 from specrl import options
@@ -218,14 +218,6 @@ def test_types_accept_their_range():
 # ----------------------------------------------------------------------------- experiments
 
 
-def _load(name: str):
-    sys.path.insert(0, str(REPO / "experiments"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(REPO / "experiments"))
-
-
 SCRIPT_CASES = [
     (
         "seeds",
@@ -265,7 +257,7 @@ SCRIPT_CASES = [
 def test_experiment_scripts_refuse_a_bad_value_at_parse_time(
     script, argv, option, fragment, capsys, monkeypatch
 ):
-    module = _load(script)
+    module = load_script(script)
 
     def ran(*args, **kwargs):
         raise AssertionError("the script ran")
@@ -276,7 +268,7 @@ def test_experiment_scripts_refuse_a_bad_value_at_parse_time(
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_numeric_field_of_a_script_has_a_range(script):
-    module = _load(script)
+    module = load_script(script)
     from args import dataclass_parser
 
     parser = dataclass_parser(module.Args, module.__doc__)  # raises for an unchecked one
@@ -293,7 +285,7 @@ class Unchecked:
 
 
 def test_a_numeric_field_without_a_range_is_a_programming_error():
-    _load("args")
+    load_script("args")
     from args import dataclass_parser
 
     with pytest.raises(TypeError, match=r"Unchecked\.episodes: a numeric option needs its range"):
