@@ -21,6 +21,7 @@ from args import arg, one_of, script_main
 
 from specrl.files import write_json
 from specrl.options import BATCH, N_REQUESTS_MAX, SEED, int_in, positive_int, workload_preset
+from specrl.train.config import WANDB_MODES
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Args:
     """Largest batch, and the workloads' peak concurrency."""
     n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per trace; 0: the preset's own."""
-    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
+    wandb: str = arg("offline", one_of(*WANDB_MODES))
     """wandb mode: offline, online or disabled."""
 
 

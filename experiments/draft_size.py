@@ -34,6 +34,7 @@ from specrl.options import (
     workload_preset,
 )
 from specrl.train import TrainConfig
+from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 
@@ -72,7 +73,7 @@ class Args:
     """First seed of the comparison's traces (held out from training)."""
     n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
     """Requests per surrogate trace; 0: the preset's own."""
-    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
+    wandb: str = arg("offline", one_of(*WANDB_MODES))
     """wandb mode: offline, online or disabled."""
 
 

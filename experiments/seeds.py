@@ -37,6 +37,7 @@ from specrl.options import (
     workload_preset,
 )
 from specrl.train import TrainConfig
+from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 RATIOS = ("best_static", "oracle", "goodput", "off", "min_bucket_off")
@@ -79,7 +80,7 @@ class Args:
     """Hidden layer widths."""
     eval_every: int = arg(DEFAULT.eval_every, nonnegative_int)
     """Env steps between training's held-out evaluations (0: the final one only)."""
-    wandb: str = arg("offline", one_of("offline", "online", "disabled"))
+    wandb: str = arg("offline", one_of(*WANDB_MODES))
     """wandb mode: offline, online or disabled."""
 
 
@@ -104,7 +105,7 @@ def ratios(report, table_name: str) -> dict[str, float]:
     return out
 
 
-def _read_json(path: Path) -> dict | None:
+def _logged(path: Path) -> dict | None:
     """The marker's fields but its run list, or None where there is none (or it is unreadable:
     the comparison is then logged again)."""
     try:
@@ -199,7 +200,7 @@ def run(args: Args) -> dict:
         group = f"{args.exp_name}-seed{seed}"
         logged = {"group": group, "mode": args.wandb, "ratios": per_seed[seed]}
         marker = out / f"seed-{seed}" / LOGGED_FILE
-        if args.wandb != "disabled" and _read_json(marker) == logged:
+        if args.wandb != "disabled" and _logged(marker) == logged:
             print(f"seed {seed}: this comparison is already in wandb group {group}; not logged")
             continue
         groups = log_comparison(reports, group=group, out_dir=out / f"seed-{seed}", mode=args.wandb)

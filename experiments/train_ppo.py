@@ -31,6 +31,7 @@ from specrl.options import (
 )
 from specrl.train import TrainConfig, train
 from specrl.train.cli import format_summary
+from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 
@@ -108,7 +109,7 @@ class Args:
     """Env steps between held-out evaluations (0: the final one only)."""
     checkpoint_every: int = arg(DEFAULT.checkpoint_every, positive_int)
     """Env steps between checkpoints."""
-    wandb: str = arg(DEFAULT.wandb, one_of("offline", "online", "disabled"))
+    wandb: str = arg(DEFAULT.wandb, one_of(*WANDB_MODES))
     """wandb mode: offline, online or disabled."""
     torch_threads: int = arg(DEFAULT.torch_threads, THREADS)
     """torch intra-op threads."""

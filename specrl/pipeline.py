@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from specrl import options
 from specrl.errors import SpecrlError
 from specrl.files import write_json
 
@@ -377,6 +376,9 @@ def _indent(text: str) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    # Named here: the functions above take the demo's settings as `options`.
+    from specrl.options import N_REQUESTS, THREADS, device, positive_int
+
     parser = sub.add_parser(
         "demo",
         help="the whole job: pair, profile, PPO, K table, comparison in the surrogate and live",
@@ -388,25 +390,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default=defaults.preset, help="default pair (small)")
     parser.add_argument(
         "--timesteps",
-        type=options.positive_int,
+        type=positive_int,
         default=defaults.timesteps,
         help="PPO env steps (50,000)",
     )
     parser.add_argument(
         "--surrogate-episodes",
-        type=options.positive_int,
+        type=positive_int,
         default=defaults.surrogate_episodes,
         help="held-out episodes per workload and policy in the surrogate (2)",
     )
     parser.add_argument(
         "--live-requests",
-        type=options.N_REQUESTS,
+        type=N_REQUESTS,
         default=defaults.live_requests,
         help="requests in the live held-out trace (64)",
     )
     parser.add_argument(
         "--live-episodes",
-        type=options.positive_int,
+        type=positive_int,
         default=defaults.live_episodes,
         help="live held-out traces, the policies taking turns in ABBA order (2)",
     )
@@ -416,11 +418,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--threads",
-        type=options.THREADS,
+        type=THREADS,
         default=None,
         help="torch threads (default: the profile's)",
     )
-    parser.add_argument("--device", type=options.device, default="cpu")
+    parser.add_argument("--device", type=device, default="cpu")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run)
 

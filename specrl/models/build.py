@@ -246,8 +246,8 @@ def _check_replaceable(out_dir: Path) -> None:
 
 
 def _replace_dir(out_dir: Path, fill) -> None:
-    """Fill a temporary sibling of ``out_dir``, then swap it in, so readers never see half."""
-    _check_replaceable(out_dir)
+    """Fill a temporary sibling of ``out_dir``, then swap it in, so readers never see half.
+    :func:`build_pair` has refused an ``out_dir`` that holds anything but a pair."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(out_dir.name + f".partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_json
-from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
+from specrl.workload.trace import SAMPLING_CONFIGS, check_known_keys, known_domains
 
 PROFILE_FORMAT = "specrl-profile"
 OPTIONAL_FIELDS = ("meta", "level_drift")
@@ -219,13 +219,8 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
     for name in names:
         if name not in obj:
             raise SpecrlError(f"{source}: missing field {name!r}")
-    known = ("format", "version", *Profile.__dataclass_fields__)
-    unknown = [k for k in obj if k not in known]
-    if unknown:  # a misspelt level_drift would otherwise simulate fixed levels unnoticed
-        raise SpecrlError(
-            f"{source}: unknown field {unknown[0]!r}; the fields are {', '.join(known)} (fix its "
-            "spelling or remove it)"
-        )
+    # A misspelt level_drift would otherwise simulate fixed levels unnoticed.
+    check_known_keys(obj, ("format", "version", *Profile.__dataclass_fields__), source, "field")
     k_max = obj["k_max"]
     if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 0:
         raise SpecrlError(f"{source}.k_max: expected an integer >= 0, got {k_max!r}")

@@ -27,7 +27,7 @@ from specrl.envs.rollout import run_episode
 from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import STALE_STEPS
-from specrl.files import check_header, read_json, write_atomic
+from specrl.files import check_header, read_json, write_atomic, write_json
 from specrl.policies import make_policies, make_policy
 from specrl.policies.ppo import (
     POLICY_OBS_NAMES,
@@ -945,9 +945,10 @@ class TrainResult:
 
 
 def check_start(config: TrainConfig, *, resume: bool) -> Checkpoint | None:
-    """Refuse, reading only, a run :func:`train` could not start: a resume without a usable
-    checkpoint or with a change it may not make, a fresh run where one already is. Returns
-    the checkpoint a resume goes on from."""
+    """Refuse a run :func:`train` could not start: a resume without a usable checkpoint or
+    with a change it may not make, a fresh run where one already is or whose directory cannot
+    be made. Writes nothing but a fresh run's parent directory. Returns the checkpoint a
+    resume goes on from."""
     if not resume:
         _check_fresh(Path(config.out))
         return None
@@ -981,21 +982,19 @@ def _check_resumable(config: TrainConfig, checkpoint: Checkpoint) -> None:
             f" (a resumed run may change only {', '.join(RESUMABLE_CHANGES)}); start a new "
             "run instead"
         )
+    if checkpoint.num_timesteps < config.total_timesteps:
+        return
     run_dir = checkpoint.path.parent.parent
-    if (
-        checkpoint.num_timesteps >= config.total_timesteps
-        and not (run_dir / SUMMARY_FILE).is_file()
-    ):
+    if not (run_dir / SUMMARY_FILE).is_file():
         raise SpecrlError(
             f"{run_dir} was stopped after its final checkpoint ({checkpoint.num_timesteps} "
             f"steps) and before its {SUMMARY_FILE}; delete {checkpoint.path} and resume again "
             "to finish from the checkpoint before it, or pass a total above it (--timesteps)"
         )
-    if checkpoint.num_timesteps >= config.total_timesteps:
-        raise SpecrlError(
-            f"{checkpoint.path.parent.parent} is trained to {checkpoint.num_timesteps} steps "
-            f"already; pass a total above it (--timesteps) to train on"
-        )
+    raise SpecrlError(
+        f"{run_dir} is trained to {checkpoint.num_timesteps} steps already; pass a total "
+        "above it (--timesteps) to train on"
+    )
 
 
 def _make_vec_env(config: TrainConfig, profile: Profile, reference: RateReference):
@@ -1277,7 +1276,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "warm_start": run.warm_start,
             "config": config.to_json(),
         }
-        write_atomic(run_dir / SUMMARY_FILE, (json.dumps(summary, indent=1) + "\n").encode())
+        write_json(run_dir / SUMMARY_FILE, summary)
         # After the summary, which marks the run finished: a checkpoint at the total with no
         # summary beside it would be a run that neither --resume nor export could finish.
         # Stopped here, the run is finished; a longer one goes on from the checkpoint before.

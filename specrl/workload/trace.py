@@ -597,14 +597,15 @@ TRACE_KEYS = (
 REQUEST_KEYS = tuple(f.name for f in fields(Request))
 
 
-def check_known_keys(obj: Mapping, keys: Sequence[str], where: str) -> None:
-    """Refuse a key outside ``keys`` (of a trace, a request or a prompts file's line): a
-    misspelt ``temprature`` would otherwise be ignored and the request run greedy."""
+def check_known_keys(obj: Mapping, keys: Sequence[str], where: str, what: str = "key") -> None:
+    """Refuse a key outside ``keys`` (of a trace, a request, a prompts file's line or a
+    profile, whose keys are called ``what``): a misspelt ``temprature`` would otherwise be
+    ignored and the request run greedy."""
     unknown = [k for k in obj if k not in keys]
     if unknown:
         raise SpecrlError(
-            f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(keys)} (fix its "
-            "spelling or remove it)"
+            f"{where}: unknown {what} {unknown[0]!r}; the {what}s are {', '.join(keys)} (fix "
+            "its spelling or remove it)"
         )
 
 
