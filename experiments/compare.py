@@ -20,8 +20,15 @@ from pathlib import Path
 from args import arg, one_of, script_main
 
 from specrl.files import write_json
-from specrl.options import BATCH, N_REQUESTS_MAX, SEED, int_in, positive_int, workload_preset
-from specrl.train.config import WANDB_MODES
+from specrl.options import (
+    BATCH,
+    N_REQUESTS_MAX,
+    SEED,
+    WANDB_MODES,
+    int_in,
+    positive_int,
+    workload_preset,
+)
 
 
 @dataclass

@@ -31,13 +31,13 @@ from specrl.options import (
     BATCH,
     N_REQUESTS_MAX,
     SEED,
+    WANDB_MODES,
     int_in,
     nonnegative_int,
     positive_int,
     workload_preset,
 )
 from specrl.train import TrainConfig
-from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 RATIOS = ("best_static", "oracle", "goodput", "off", "min_bucket_off")

@@ -23,6 +23,7 @@ from specrl.options import (
     N_REQUESTS_MAX,
     SEED,
     THREADS,
+    WANDB_MODES,
     float_in,
     int_in,
     nonnegative_int,
@@ -31,7 +32,6 @@ from specrl.options import (
 )
 from specrl.train import TrainConfig, train
 from specrl.train.cli import format_summary
-from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 

@@ -3,7 +3,6 @@ and comma-separated options."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -40,17 +39,6 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
         twice = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise DuplicateKeyError(f"key {twice!r} appears twice in one object")
     return obj
-
-
-def positive_ints(text: str) -> list[int]:
-    """argparse type for options like ``--batch-sizes 1,4,16,64``."""
-    try:
-        values = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,4,16, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4,16, got {text!r}")
-    return values
 
 
 def check_header(

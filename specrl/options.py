@@ -40,6 +40,9 @@ N_REQUESTS_MAX = 100_000
 """The most requests a drawn trace may have (a million take half a minute and 2 GB to
 draw; the shipped commands use at most a few hundred)."""
 
+WANDB_MODES = ("offline", "online", "disabled")
+"""``--wandb``: offline (the default, no account needed), online, disabled."""
+
 
 def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     """argparse type: an integer in ``low..high`` (either end open when None)."""
@@ -118,6 +121,20 @@ THREADS = int_in(1, THREADS_MAX)
 K_MAX = int_in(1, K_MAX_LIMIT)
 BATCH = int_in(1, BATCH_MAX)
 N_REQUESTS = int_in(1, N_REQUESTS_MAX)
+
+
+def positive_ints(text: str) -> list[int]:
+    """argparse type for lists like ``--batch-sizes 1,4,16,64``: integers in 1..BATCH_MAX."""
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,4,16, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > BATCH_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected integers from 1 to {BATCH_MAX} like 1,4,16, got {text!r}"
+        )
+    return values
+
 
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]+)?")
 

@@ -265,6 +265,11 @@ def test_export_of_a_missing_or_unfinished_run_is_a_clear_error(tmp_path, run_di
     out = tmp_path / "t.json"
     assert main(["export", "--run", str(tmp_path / "nope"), "--out", str(out)]) == 2
     assert "not found; train one" in capsys.readouterr().err and not out.exists()
+    a_file = tmp_path / "model.zip"
+    a_file.write_bytes(b"")
+    assert main(["export", "--run", str(a_file), "--out", str(out)]) == 2
+    assert f"{a_file} is a file, not a run directory" in capsys.readouterr().err
+    assert not out.exists()
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.json").write_text((run_dir / "config.json").read_text())

@@ -80,6 +80,10 @@ CASES = [
     ([*PROFILE, "--k-max", "300"], "--k-max", K_RANGE),
     ([*PROFILE, "--acceptance-rows", "0"], "--acceptance-rows", COUNT),
     ([*PROFILE, "--reps", "2.5"], "--reps", COUNT),
+    ([*PROFILE, "--batch-sizes", "1,0"], "--batch-sizes", "expected integers from 1 to 65536"),
+    ([*PROFILE, "--contexts", "x"], "--contexts", "expected integers like 1,4,16"),
+    (["bench", "engine", "--batch-sizes", "1,70000"], "--batch-sizes", "from 1 to 65536"),
+    (["train", "--out", "OUT", "--env", "live", "--preset", "nope"], "--preset", "micro"),
     # devices the engine runs on
     ([*PROFILE, "--device", "mps"], "--device", DEVICES),
     (["decode", "--device", "mps"], "--device", DEVICES),

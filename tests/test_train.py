@@ -656,6 +656,15 @@ def test_cli_checks_out_and_resume(tmp_path):
     assert config.max_len == 512
     with pytest.raises(SpecrlError, match="--max-len"):
         config_from_args(args(resume=str(tmp_path), **{"max-len": 512}))
+    # The pair preset is read only live: on the surrogate it was silently ignored.
+    with pytest.raises(SpecrlError, match="--preset applies to --env live only"):
+        config_from_args(args(out=str(tmp_path), preset="micro"))
+    config, _ = config_from_args(args(out=str(tmp_path), env="live", preset="micro"))
+    assert config.preset == "micro"
+    with pytest.raises(SystemExit):
+        args(out=str(tmp_path), env="live", preset="nope")
+    with pytest.raises(SpecrlError, match="unknown preset 'nope'; choose one of: micro, small"):
+        TrainConfig(out=str(tmp_path), env="live", n_envs=1, preset="nope")
 
 
 # ----------------------------------------------------------------------------- wandb

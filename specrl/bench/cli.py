@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
-from specrl.files import positive_ints
 from specrl.models.build import PRESETS
 
 
@@ -33,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="cpu, cuda or cuda:N (default: cuda if available, else cpu)",
     )
-    engine.add_argument("--batch-sizes", type=positive_ints, default=[1, 4, 16, 64])
+    engine.add_argument("--batch-sizes", type=options.positive_ints, default=[1, 4, 16, 64])
     engine.add_argument(
         "--k-max",
         type=options.K_MAX,

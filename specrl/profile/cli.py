@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
-from specrl.files import positive_ints
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -71,10 +70,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=4,
         help=f"largest K timed, 1..{options.K_MAX_LIMIT} (default 4)",
     )
-    parser.add_argument("--batch-sizes", type=positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128])
+    parser.add_argument(
+        "--batch-sizes", type=options.positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128]
+    )
     parser.add_argument(
         "--contexts",
-        type=positive_ints,
+        type=options.positive_ints,
         default=[16, 128, 256],
         help="prompt lengths of the timing cells (tokens)",
     )

@@ -31,8 +31,8 @@ from pathlib import Path
 from specrl.compare import ComparisonReport, PolicyResult
 from specrl.errors import SpecrlError
 from specrl.features import bucket_bounds
+from specrl.options import WANDB_MODES
 
-MODES = ("offline", "online", "disabled")
 REFERENCES = ("off", "best_static", "oracle")
 """The policies each run's tokens/s is divided by: ``ratio/<reference>``."""
 
@@ -107,8 +107,8 @@ def log_comparison(
         ``plots/<name>`` to the summary run of every report.
     :param config: added to every run's config (training settings, the profile, ...).
     """
-    if mode not in MODES:
-        raise SpecrlError(f"wandb mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode not in WANDB_MODES:
+        raise SpecrlError(f"wandb mode {mode!r} is not one of {', '.join(WANDB_MODES)}")
     reports = [reports] if isinstance(reports, ComparisonReport) else list(reports)
     if not reports or any(not report.results for report in reports):
         raise SpecrlError("nothing to log: pass reports from compare_policies with >= 1 policy")

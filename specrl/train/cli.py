@@ -9,7 +9,8 @@ from specrl import options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from specrl.train.config import WANDB_MODES, TrainConfig
+    from specrl.options import WANDB_MODES
+    from specrl.train.config import TrainConfig
 
     parser = sub.add_parser(
         "train",
@@ -61,7 +62,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"longest request, prompt plus output tokens (default {TrainConfig.max_len}; raise "
         "it for a profile of long prompts)",
     )
-    parser.add_argument("--preset", default=None, help="--env live: the default pair (small)")
+    parser.add_argument(
+        "--preset",
+        type=options.model_preset,
+        default=None,
+        help="--env live: the default pair (small)",
+    )
     parser.add_argument(
         "--force-profile",
         action="store_true",
@@ -91,6 +97,17 @@ def config_from_args(args: argparse.Namespace):
         "force_profile": args.force_profile or None,
     }
     if args.out:
+        live_only = [
+            f"--{name.replace('_', '-')}"
+            for name in ("preset", "force_profile")
+            if new_only[name] is not None
+        ]
+        if live_only and args.env != "live":
+            verb = "apply" if len(live_only) > 1 else "applies"
+            raise SpecrlError(
+                f"{' and '.join(live_only)} {verb} to --env live only (the surrogate trains "
+                "on the profile); add --env live or drop them"
+            )
         changes.update({name: value for name, value in new_only.items() if value is not None})
         if changes.get("env") == "live":
             changes["n_envs"] = 1

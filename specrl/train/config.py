@@ -24,6 +24,7 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_json
+from specrl.options import WANDB_MODES
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -50,7 +51,6 @@ DEFAULT_WORKLOADS = (
 """The training mix: one drawn per episode, uniformly. The steady workloads hold each batch
 size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
-WANDB_MODES = ("offline", "online", "disabled")
 RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out", "checkpoint_every")
 """Fields a resumed run may change; any other difference from the checkpoint is refused."""
 
@@ -249,6 +249,9 @@ class TrainConfig:
             raise SpecrlError(f"init must be a run directory or None, got {self.init!r}")
         if not isinstance(self.preset, str) or not isinstance(self.force_profile, bool):
             raise SpecrlError("preset must be a preset name and force_profile true or false")
+        from specrl.models.build import get_preset
+
+        get_preset(self.preset)  # unknown: names the presets
         if not isinstance(self.shape_catchup, bool):
             raise SpecrlError(f"shape_catchup must be true or false, got {self.shape_catchup!r}")
         if self.reward_reference not in ("batch", "workload"):
@@ -332,6 +335,11 @@ class TrainConfig:
 def load_config(run_dir: str | Path) -> TrainConfig:
     """The config of the run in ``run_dir`` (its ``config.json``)."""
     path = Path(run_dir) / CONFIG_FILE
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise SpecrlError(
+            f"{run_dir} is a file, not a run directory; give the directory `specrl train --out` "
+            "wrote (it holds config.json and model.zip)"
+        )
     if not Path(run_dir).is_dir():
         raise SpecrlError(
             f"run directory {run_dir} not found; train one with `specrl train --out {run_dir}`"
