@@ -142,11 +142,13 @@ class LiveSpecEnv(SpecEnvBase):
         self.pair, self.device = pair, device
         if k_max > 0 and pair.draft is None:
             raise SpecrlError(f"k_max={k_max} needs a draft model; this pair has none, use k_max=0")
-        positions = getattr(pair.target.config, "max_position_embeddings", None)
-        if positions is not None and max_len > positions:
+        from specrl.engine import position_limit
+
+        limit = position_limit(pair.target, pair.draft if k_max > 0 else None)
+        if limit is not None and max_len > limit[0]:
             raise SpecrlError(
-                f"max_len={max_len} exceeds the target's max_position_embeddings ({positions}); "
-                "lower max_len"
+                f"max_len={max_len} exceeds the {limit[1]}'s max_position_embeddings "
+                f"({limit[0]}); lower max_len"
             )
         if reference_tokens_per_s is None:
             prof = self._profile_for(

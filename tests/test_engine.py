@@ -16,7 +16,7 @@ from engine_helpers import (
     tiny_llama,
 )
 
-from specrl.engine import SpecEngine
+from specrl.engine import SpecEngine, position_limit
 from specrl.errors import InvalidRequestError
 
 K_MAX = 4
@@ -321,6 +321,21 @@ def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, promp
     finished, _ = run_to_completion(engine, lambda s: np.int64(2))  # a policy's numpy action
     assert len(finished) == 3
     assert finished[kept].token_ids == expected[0][:20]
+
+
+def test_a_draft_with_fewer_positions_sets_the_pairs_limit(target, drafts, monkeypatch):
+    draft = drafts["noisy"]
+    assert position_limit(target, draft) == (1024, "target")
+    assert position_limit(target, None) == (1024, "target")
+    monkeypatch.setattr(draft.config, "max_position_embeddings", 96)
+    assert position_limit(target, draft) == (96, "draft")
+    assert position_limit(target, None) == (1024, "target")
+    with pytest.raises(
+        InvalidRequestError, match=r"max_len=128 exceeds the draft's max_position_embeddings \(96\)"
+    ):
+        SpecEngine(target, draft, max_batch=1, max_len=128, k_max=2)
+    SpecEngine(target, draft, max_batch=1, max_len=96, k_max=2)
+    assert position_limit(object()) is None  # a model whose config does not say
 
 
 def test_target_only_engine_refuses_k_above_zero(target, prompts, reference):

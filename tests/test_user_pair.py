@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -375,6 +376,22 @@ def test_profile_refuses_contexts_beyond_the_targets_positions(micro_pair_paths,
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "but the target has 512 (max_position_embeddings): use shorter --contexts" in err
+    assert not out.exists()
+
+
+def test_profile_names_a_draft_with_fewer_positions_than_the_target(
+    micro_pair_paths, tmp_path, capsys
+):
+    draft = tmp_path / "short-draft"
+    shutil.copytree(micro_pair_paths.draft_path, draft)
+    config = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    grid = ["--batch-sizes", "1", "--contexts", "8,100", "--reps", "1", "--k-max", "2"]
+    out = tmp_path / "p.json"
+    argv = ["profile", "--target", micro_pair_paths.target_path, "--draft", str(draft), *grid]
+    assert main([*argv, "--acceptance-rows", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "but the draft has 64 (max_position_embeddings): use shorter --contexts" in err
     assert not out.exists()
 
 

@@ -70,6 +70,22 @@ def _vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
+def position_limit(target, draft=None) -> tuple[int, str] | None:
+    """The fewest positions (``max_position_embeddings``) the pair can run, and which model
+    ("target" or "draft") sets it; None when neither config says. A request's prompt, output
+    and K + 2 lookahead must fit."""
+    limits = [
+        (positions, name)
+        for name, model in (("target", target), ("draft", draft))
+        if model is not None
+        and isinstance(
+            positions := getattr(getattr(model, "config", None), "max_position_embeddings", None),
+            int,
+        )
+    ]
+    return min(limits, key=lambda limit: limit[0]) if limits else None
+
+
 class SpecEngine:
     """A batched draft/target speculative decoding engine over Hugging Face causal LMs.
 
@@ -122,13 +138,12 @@ class SpecEngine:
                     f"{name} uses attention '{impl}'; SpecEngine passes per-row 4D masks, "
                     "load the model with attn_implementation='sdpa' or 'eager'"
                 )
-        for name, model in (("target", self.target), ("draft", self.draft)):
-            positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-            if isinstance(positions, int) and max_len > positions:
-                raise InvalidRequestError(
-                    f"max_len={max_len} exceeds the {name}'s max_position_embeddings "
-                    f"({positions}); lower max_len"
-                )
+        limit = position_limit(self.target, self.draft)
+        if limit is not None and max_len > limit[0]:
+            raise InvalidRequestError(
+                f"max_len={max_len} exceeds the {limit[1]}'s max_position_embeddings "
+                f"({limit[0]}); lower max_len"
+            )
         if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
             raise InvalidRequestError(
                 f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "

@@ -128,14 +128,14 @@ def _prompts(streams, lengths: Sequence[int], rng: np.random.Generator, domains)
 
 
 def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
-    from specrl.engine import SpecEngine
+    from specrl.engine import SpecEngine, position_limit
 
-    positions = getattr(pair.target.config, "max_position_embeddings", None)
-    if isinstance(positions, int) and max_len > positions:
+    limit = position_limit(pair.target, pair.draft)
+    if limit is not None and max_len > limit[0]:
         raise SpecrlError(
-            f"a profile run needs {max_len} positions (prompt + output + K + 2) but the target "
-            f"has {positions} (max_position_embeddings): use shorter --contexts, or shorter "
-            "prompts or max_new_tokens in --prompts"
+            f"a profile run needs {max_len} positions (prompt + output + K + 2) but the "
+            f"{limit[1]} has {limit[0]} (max_position_embeddings): use shorter --contexts, or "
+            "shorter prompts or max_new_tokens in --prompts"
         )
     return SpecEngine(
         pair.target, pair.draft, max_batch=max_batch, max_len=max_len, k_max=k_max, device=device
@@ -143,17 +143,20 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
 
 
 def _check_prompt_positions(pair, prompts: PromptFile, tokens, k_max: int) -> None:
-    """Refuse a prompt (with its ``max_new_tokens``) longer than the target's positions."""
-    positions = getattr(pair.target.config, "max_position_embeddings", None)
-    if not isinstance(positions, int):
+    """Refuse a prompt (with its ``max_new_tokens``) longer than the pair's positions."""
+    from specrl.engine import position_limit
+
+    limit = position_limit(pair.target, pair.draft)
+    if limit is None:
         return
+    positions, which = limit
     for p, ids in zip(prompts.prompts, tokens.ids):
         needed = len(ids) + (p.max_new_tokens or 1) + k_max + 2
         if needed > positions:
             raise SpecrlError(
                 f"{prompts.path}, line {p.line}: the prompt ({len(ids)} tokens) with "
                 f"max_new_tokens {p.max_new_tokens or 1} and K={k_max} needs {needed} "
-                f"positions, and the target has {positions} (max_position_embeddings); "
+                f"positions, and the {which} has {positions} (max_position_embeddings); "
                 "shorten the prompt or lower max_new_tokens"
             )
 
