@@ -36,7 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument(
         "--force", action="store_true", help="accept a profile from elsewhere, or a stale one"
     )
-    val.add_argument("--preset", default="small", help="default pair to run live (small)")
+    val.add_argument(
+        "--preset",
+        type=options.model_preset,
+        default="small",
+        help="default pair to run live (small)",
+    )
     val.add_argument(
         "--device", type=options.device, default="cpu", help="cpu, cuda or cuda:N (default cpu)"
     )
@@ -74,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--seed", type=options.SEED, default=0)
     val.add_argument(
         "--trace-seeds",
-        type=int,
+        type=options.positive_int,
         default=1,
         metavar="N",
         help="draw each preset trace N times (seeds --seed .. --seed + N - 1), play "
@@ -96,8 +101,6 @@ def _traces(args) -> list[list]:
     from specrl.errors import SpecrlError
     from specrl.workload import load_trace, preset_trace
 
-    if args.trace_seeds < 1:
-        raise SpecrlError(f"--trace-seeds must be >= 1, got {args.trace_seeds}")
     if args.trace:
         if args.trace_seeds != 1:
             raise SpecrlError(

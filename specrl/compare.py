@@ -351,7 +351,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--n-requests", type=options.N_REQUESTS, default=None, help="requests per preset trace"
     )
     parser.add_argument("--k-max", type=options.K_MAX, default=4)
-    parser.add_argument("--preset", default="small", help="default pair for --env live")
+    parser.add_argument(
+        "--preset", type=options.model_preset, default="small", help="default pair for --env live"
+    )
     parser.add_argument("--device", type=options.device, default="cpu")
     parser.add_argument(
         "--threads",

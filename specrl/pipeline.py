@@ -377,7 +377,14 @@ def _indent(text: str) -> str:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     # Named here: the functions above take the demo's settings as `options`.
-    from specrl.options import N_REQUESTS, THREADS, device, positive_int
+    from specrl.options import (
+        N_REQUESTS,
+        THREADS,
+        WANDB_MODES,
+        device,
+        model_preset,
+        positive_int,
+    )
 
     parser = sub.add_parser(
         "demo",
@@ -387,7 +394,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     defaults = DemoOptions()
     parser.add_argument("--out", default=defaults.out, help="runs directory (default: runs)")
-    parser.add_argument("--preset", default=defaults.preset, help="default pair (small)")
+    parser.add_argument(
+        "--preset", type=model_preset, default=defaults.preset, help="default pair (small)"
+    )
     parser.add_argument(
         "--timesteps",
         type=positive_int,
@@ -413,9 +422,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="live held-out traces, the policies taking turns in ABBA order (2)",
     )
     parser.add_argument("--measure", action="store_true", help="measure a new profile")
-    parser.add_argument(
-        "--wandb", choices=("offline", "online", "disabled"), default=defaults.wandb
-    )
+    parser.add_argument("--wandb", choices=WANDB_MODES, default=defaults.wandb)
     parser.add_argument(
         "--threads",
         type=THREADS,

@@ -52,8 +52,18 @@ def test_check_output_names_the_option_and_the_fix(tmp_path):
         ["profile", "--preset", "micro", "--batch-sizes", "1", "--out", "{blocker}/p.json"],
         ["export", "--table", "{missing}", "--out", "{blocker}/t.json"],
         ["compare", "--workload", "ramp", "--json", "{blocker}/c.json"],
+        [
+            "bench",
+            "engine",
+            "--target",
+            "{missing}",
+            "--draft",
+            "{missing}",
+            "--json",
+            "{blocker}/b",
+        ],
     ],
-    ids=["profile", "export", "compare"],
+    ids=["profile", "export", "compare", "bench"],
 )
 def test_an_unwritable_output_is_refused_before_any_work(tmp_path, capsys, argv):
     blocker = tmp_path / "file"

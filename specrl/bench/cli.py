@@ -105,8 +105,11 @@ def _engine(args: argparse.Namespace) -> int:
 
     from specrl.bench.engine import format_report, run_engine_benchmark, write_json
     from specrl.errors import SpecrlError
+    from specrl.files import check_output
     from specrl.models import load_default_pair, load_pair
 
+    if args.json:
+        check_output(args.json, "--json")  # before minutes of timing
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if bool(args.target) != bool(args.draft):
         raise SpecrlError("--target and --draft go together; give both or neither")

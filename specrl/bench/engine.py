@@ -19,7 +19,6 @@ server builds them once); ``generate`` is timed whole.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -221,6 +220,7 @@ def format_report(result: EngineBenchmark) -> str:
 
 
 def write_json(result: EngineBenchmark, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(asdict(result), f, indent=2)
-        f.write("\n")
+    """The figures as JSON, written atomically (a stop leaves the old file or none)."""
+    from specrl import files
+
+    files.write_json(path, asdict(result))

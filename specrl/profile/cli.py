@@ -34,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "exit 1 when a step time differs by more than 15%%",
     )
     parser.add_argument(
-        "--preset", default=None, help="default pair to measure (small); not with --target"
+        "--preset",
+        type=options.model_preset,
+        default=None,
+        help="default pair to measure (small); not with --target",
     )
     parser.add_argument(
         "--target", metavar="ID_OR_DIR", help="target model: a Hugging Face id or a directory"
@@ -62,7 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threads",
         type=options.THREADS,
         default=None,
-        help="torch threads, >= 1 (default: torch's own choice; with --check, the profile's)",
+        help=f"torch threads, 1..{options.THREADS_MAX} (default: torch's own choice; with "
+        "--check, the profile's)",
     )
     parser.add_argument(
         "--k-max",
@@ -102,13 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if args.show:
         profile = load_profile(args.show)
     else:
-        from specrl.errors import SpecrlError
         from specrl.files import check_output
         from specrl.profile.measure import ACCEPTANCE_ROWS, measure_profile
         from specrl.workload.user_prompts import load_prompts
 
-        if args.acceptance_rows is not None and args.acceptance_rows < 1:
-            raise SpecrlError(f"--acceptance-rows must be >= 1, got {args.acceptance_rows}")
         prompts = load_prompts(args.prompts) if args.prompts else None
         check_output(args.out, "--out")  # before measuring, not after it
         pair = _load_pair(args)

@@ -103,10 +103,10 @@ def config_from_args(args: argparse.Namespace):
             if new_only[name] is not None
         ]
         if live_only and args.env != "live":
-            verb = "apply" if len(live_only) > 1 else "applies"
+            verb, them = ("apply", "them") if len(live_only) > 1 else ("applies", "it")
             raise SpecrlError(
                 f"{' and '.join(live_only)} {verb} to --env live only (the surrogate trains "
-                "on the profile); add --env live or drop them"
+                f"on the profile); add --env live or drop {them}"
             )
         changes.update({name: value for name, value in new_only.items() if value is not None})
         if changes.get("env") == "live":
