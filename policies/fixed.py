@@ -41,9 +41,12 @@ class BatchThreshold(KPolicy):
     """
 
     def __init__(self, k: int, max_spec_batch: int, max_batch: int):
-        if not (isinstance(k, int) and k >= 0 and max_spec_batch >= 0 and max_batch >= 1):
+        values = (k, max_spec_batch, max_batch)
+        integers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+        if not (integers and k >= 0 and max_spec_batch >= 0 and max_batch >= 1):
             raise SpecrlError(
-                "BatchThreshold: need k >= 0, max_spec_batch >= 0 and max_batch >= 1, got "
+                "BatchThreshold: need integers k >= 0, max_spec_batch >= 0 and max_batch >= 1, "
+                "got "
                 f"k={k!r}, max_spec_batch={max_spec_batch!r}, max_batch={max_batch!r}"
             )
         self.k, self.max_spec_batch, self.max_batch = k, max_spec_batch, max_batch

@@ -130,3 +130,21 @@ def test_step_time_feature_is_a_clipped_log_scale():
     assert step_time_feature(1e-4) == pytest.approx(0.0)
     assert step_time_feature(1e-2) == pytest.approx(0.5)
     assert step_time_feature(10.0) == 1.0
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def test_bucket_labels_past_128_rows_go_by_size_not_by_text():
+    assert bucket_labels(["1025-2048", "129-256"]) == [*BUCKET_LABELS, "129-256", "1025-2048"]
+
+
+def test_tracker_stays_never_measured_through_steps_that_draft_nothing():
+    t = AcceptanceTracker()
+    for _ in range(3):
+        t.observe(0, 0, 0)
+    assert (t.since_measured, t.staleness, t.measured) == (NEVER_MEASURED, 1.0, False)
+
+
+def test_step_time_feature_is_0_below_a_tenth_of_a_millisecond():
+    assert step_time_feature(1e-5) == 0.0 and step_time_feature(1e-8) == 0.0

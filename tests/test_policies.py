@@ -132,6 +132,7 @@ def test_vllm_five_item_grid_by_batch_and_context():
     ("table", "message"),
     [
         ([[1, 8, 2], [5, 16, 1]], r"\[1\] \(batch 5-16\) overlaps .*\[0\]"),
+        ([[1, 8, 2], [8, 16, 1]], r"\[1\] \(batch 8-16\) overlaps .*\[0\] \(batch 1-8\)"),
         ([[2, 8, 2]], r"\[0\]: the first batch range starts at 2; it must start at 1"),
         ([[1, 8, 2], [16, 9, 1]], r"\[1\] = \[16, 9, 1\]: the batch range's start"),
         ([[1, 8, 2], [9, 16, 1, 64, 1]], "mixes 3-item and 5-item"),
@@ -141,6 +142,10 @@ def test_vllm_five_item_grid_by_batch_and_context():
         ),
         ([[1, 8, 2, 100, 2], [1, 8, 101, 200, 1]], "first context range starts at 2"),
         ([[1, 8, 1, 100, 2], [1, 8, 102, 200, 1]], "must be contiguous"),
+        (
+            [[1, 8, 1, 100, 2], [1, 8, 50, 200, 1]],
+            r"context range 1-100 is followed by 50-200; context ranges must be contiguous",
+        ),
         ([[1, 8, -1]], r"\[0\] = \[1, 8, -1\]: K must be >= 0"),
         ([[0, 8, 1]], "bounds must be > 0"),
         ([[1, 8, 2.0]], "must be an integer"),
@@ -447,3 +452,167 @@ def test_registry_goodput_needs_a_profile():
         make_policy("goodput", env=live)
     with pytest.raises(SpecrlError, match="malformed policy 'nope'"):
         parse_policies("off,nope")
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def test_threshold_drafts_at_the_threshold_batch():
+    assert ks(BatchThreshold(2, 8, MAX_BATCH), [7, 8, 9]) == [2, 2, 0]
+
+
+@pytest.mark.parametrize("args", [(True, 8, 64), (2, 8.5, 64), (2, "8", 64), (2, 8, None)])
+def test_threshold_refuses_what_is_not_an_integer(args):
+    # Before: True was accepted as K (named "K=True if B<=8"), and "8" raised a TypeError.
+    with pytest.raises(SpecrlError, match="BatchThreshold: need integers k >= 0"):
+        BatchThreshold(*args)
+
+
+def test_vllm_context_range_ends_are_inclusive_in_the_observation():
+    grid = [[1, 8, 1, 128, 4], [1, 8, 129, 512, 2]]
+    sched = BatchSchedule.from_vllm(grid, max_batch=8, max_len=1024)
+    assert [ks(sched, [8], context=c / 1024)[0] for c in (1, 128, 129, 512, 1024)] == [
+        4,
+        4,
+        2,
+        2,
+        2,
+    ]
+
+
+def test_vllm_warns_only_about_ks_it_clamps_where_they_are_read():
+    import warnings
+
+    key = "num_speculative_tokens_per_batch_size"
+    config = {"num_speculative_tokens": 4, key: [[1, 4, 4], [5, 8, 3], [9, 16, 6]]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # K=4 is the cap, not above it; 9-16 is above max_batch
+        sched = BatchSchedule.from_vllm(config, max_batch=8)
+    assert sched.table[1:, 0].tolist() == [4] * 4 + [3] * 4
+
+
+def test_vllm_clamp_warning_names_the_lower_limit():
+    key = "num_speculative_tokens_per_batch_size"
+    config = {"num_speculative_tokens": 4, key: [[1, 8, 2], [9, 16, 5]]}
+    vllm_cap = r"K above 4 \(num_speculative_tokens\) at batch 9-16: K=5; clamped to 4, as vLLM"
+    with pytest.warns(UserWarning, match=vllm_cap):
+        sched = BatchSchedule.from_vllm(config, max_batch=16, k_max=6)
+    assert sched.table[1:, 0].tolist() == [2] * 8 + [4] * 8
+    config["num_speculative_tokens"] = 6
+    env_cap = r"K above 4 \(k_max\) at batch 9-16: K=5; clamped to 4: the engine drafts no more"
+    with pytest.warns(UserWarning, match=env_cap):
+        sched = BatchSchedule.from_vllm(config, max_batch=16, k_max=4)
+    assert sched.table[1:, 0].tolist() == [2] * 8 + [4] * 8
+
+
+def test_schedules_draft_nothing_for_an_empty_batch():
+    for sched in (
+        BatchSchedule.from_trtllm({4: 4}, max_batch=8),
+        BatchSchedule.from_vllm([[1, 4, 3]], max_batch=8),
+    ):
+        assert sched.k_for(0) == 0 and ks(sched, [0, 1], max_batch=8) == [0, sched.k_for(1)]
+
+
+def test_accept_ema_band_starts_with_its_ema_one_below_its_k():
+    """EMA 3 at K=4: one step accepting 1 per row at weight 0.5 gives 2, so K=3 (from an EMA
+    of 4 it would be 2.5 and K would stay 4)."""
+    ema = AcceptEMA(k_max=4, max_batch=MAX_BATCH, ema_alpha=0.5, warmup_steps=0, update_interval=1)
+    assert ema.predict(obs(batch=2), episode_start=[True])[0] == 4
+    assert ema_step(ema, 4, 1.0) == 3
+
+
+def test_accept_ema_steps_down_when_the_ema_reaches_the_threshold():
+    """Down while ``EMA <= previous candidate - 0.5 + down_hysteresis``: at exactly 0.25 from
+    K=2 with down_hysteresis -0.25, K drops to 1."""
+    ema = AcceptEMA(
+        k_max=4,
+        max_batch=MAX_BATCH,
+        ema_alpha=1.0,
+        warmup_steps=0,
+        update_interval=1,
+        down_hysteresis=-0.25,
+        up_hysteresis=0.25,
+        initial_k=2,
+    )
+    ema.predict(obs(batch=2), episode_start=[True])
+    assert ema_step(ema, 2, 0.25) == 1
+
+
+def test_accept_ema_refuses_band_ends_that_repeat():
+    with pytest.raises(SpecrlError, match=r"band_ends must be increasing, got \[4, 4, 16\]"):
+        AcceptEMA(k_max=4, max_batch=64, band_ends=[4, 4, 16])
+
+
+def test_goodput_takes_the_smaller_k_on_a_tie():
+    # Step time independent of K and nothing accepted: every K yields the same goodput.
+    flat = linear_profile(verify_token_s=0.0, draft_base_s=0.0, draft_row_s=0.0)
+    goodput = Goodput(flat, max_batch=MAX_BATCH, max_len=384, k_max=4)
+    assert goodput.best_k(8, 96, 0.0) == 0
+
+
+def test_goodput_reads_the_context_in_tokens():
+    """The observation's context is a fraction of max_len; step times are looked up at the
+    tokens it stands for (here a long context makes K=4 pay at batch 8, a short one K=1)."""
+    profile = linear_profile(verify_token_s=1e-3, verify_kv_s=1e-5)
+    goodput = Goodput(profile, max_batch=MAX_BATCH, max_len=4096, k_max=4, probe_k=2)
+    assert [goodput.best_k(8, c, 0.8) for c in (0.25, 1024)] == [1, 4]
+    assert goodput.predict(obs(batch=1, staleness=1.0), episode_start=[True])[0] == 2
+    rate = drafted_acceptance(0.8, 2)
+    assert goodput.predict(obs(batch=8, context=0.25, last_k=2 / 4, last_accept=rate))[0] == 4
+
+
+def test_goodput_empty_batch_gets_k0_even_when_stale(goodput):
+    assert goodput.predict(obs(batch=0, staleness=1.0), episode_start=[True])[0] == 0
+
+
+def test_goodput_refuses_a_probe_above_k_max():
+    with pytest.raises(SpecrlError, match=r"Goodput: probe_k must be in 1\.\.4, got 5"):
+        Goodput(linear_profile(), max_batch=8, max_len=64, k_max=4, probe_k=5)
+
+
+def _ktable(**changes):
+    from specrl.table import KTable
+
+    fields = {
+        "k_max": 4,
+        "max_batch": 16,
+        "batch_buckets": [[1, 16]],
+        "acceptance_edges": [0, 1],
+        "k": [[0]],
+        "stale_k": [0],
+        "probe": {"after_steps": 40, "k": 2},
+        "provenance": {
+            "profile_sha256": "0" * 64,
+            "profile_fingerprint": {"device": "cpu"},
+            "target_id": "target",
+            "draft_id": "draft",
+            "run_id": "run-1",
+            "training_steps": 1,
+            "specrl_version": "0.1.0",
+            "created": "2026-11-02T10:00:00+00:00",
+        },
+    }
+    return KTable(**{**fields, **changes})
+
+
+def test_lookup_policy_probes_at_once_at_every_episode_start():
+    """An episode start counts as never measured, whatever the last episode measured: with
+    ``after_steps`` 40 (above the observation's saturation) the first step still probes."""
+    from specrl.policies import LookupPolicy
+
+    policy = LookupPolicy(_ktable(), max_batch=16, k_max=4)
+    start = obs(batch=12, max_batch=16, staleness=1.0)
+    assert policy.predict(start, episode_start=[True])[0] == 2
+    measured = obs(batch=12, max_batch=16, acceptance=0.3, staleness=0.0)
+    assert policy.predict(measured, episode_start=[False])[0] == 0
+    assert policy.predict(start, episode_start=[True])[0] == 2
+
+
+def test_lookup_policy_rounds_the_context_to_tokens():
+    """512 / 800 in float32, times 800, is just below 512: rounded, it opens the second bin."""
+    from specrl.policies import LookupPolicy
+
+    table = _ktable(context_bins=[[1, 511], [512, None]], k=[[[0], [3]]], stale_k=[[0, 0]])
+    policy = LookupPolicy(table, max_batch=16, k_max=4, max_len=800)
+    row = dict(batch=12, max_batch=16, acceptance=0.5, staleness=0.0)
+    assert [policy.predict(obs(**row, context=c / 800))[0] for c in (511, 512, 800)] == [0, 3, 3]

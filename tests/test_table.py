@@ -130,6 +130,11 @@ MALFORMED = [
     ("an edge is inf", _set(["acceptance_edges", 3], math.inf), "'acceptance_edges'"),
     ("edges go down", _set(["acceptance_edges"], [0, 0.8, 0.5, 1]), r"\[2\] = 0.5 follows 0.8"),
     ("edges miss 1", _set(["acceptance_edges"], [0, 0.5]), "'acceptance_edges'.*ends at 0.5"),
+    (
+        "edges repeat",
+        _set(["acceptance_edges"], [0, 0.5, 0.5, 1]),
+        r"strictly increasing edges .*; \[2\] = 0.5 follows 0.5",
+    ),
     ("K above k_max", _set(["k", 0, 2], 5), r"'k'\[0\]\[2\]: K=5 is above k_max"),
     ("K negative", _set(["k", 1, 0], -1), r"'k'\[1\]\[0\]"),
     ("K is a bool", _set(["k", 1, 0], True), r"'k'\[1\]\[0\]"),
@@ -942,3 +947,58 @@ def test_operating_probe_scope_at_the_ends_and_with_context_bins():
         controller.observe(0, 0)
     assert ks == [0] * 12  # short contexts at 9-16 rows: off, and past 8 steps no probe
     assert controller.choose_k(12, context_len=600) == 1  # long: the probe fires
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def test_trtllm_export_takes_the_context_bin_holding_context_len():
+    """``context_len`` picks the bin whose range holds it (512 opens the second bin of
+    ``context_json``); None and lengths below 1 take the first. The export file says which."""
+    table = table_from_json(context_json())
+    short = {"max_draft_len": 4, "draft_len_schedule": {4: 4, 8: 3, 16: 1}}
+    long = {"max_draft_len": 4, "draft_len_schedule": {8: 4, 16: 2}}
+    for context_len, expected in [(None, short), (0, short), (511, short), (512, long)]:
+        assert to_trtllm(table, acceptance=0.9, context_len=context_len) == expected, context_len
+    assert to_trtllm(table, acceptance=0.9, context_len=10**6) == long
+    obj = export_file(table, fmt="trtllm", acceptance=0.9, context_len=512)
+    assert obj["speculative_config"] == long
+    assert obj["specrl"]["context_len"] == 512 and obj["specrl"]["format"] == "trtllm"
+
+
+def test_table_from_policy_keeps_batches_apart_whose_stale_k_differs():
+    table = table_from_policy(
+        lambda batch, acceptance, context: 2,
+        k_max=4,
+        max_batch=4,
+        acceptance_edges=[0, 1],
+        stale_decide=lambda batch, context: 0 if batch <= 2 else 1,
+        provenance=PROVENANCE,
+    )
+    assert table.batch_buckets == [[1, 2], [3, 4]]
+    assert table.k == [[2], [2]] and table.stale_k == [0, 1]
+
+
+def test_exports_warn_only_when_they_drop_or_clamp_speculation():
+    """No warning for vLLM when some batch sizes still draft, nor for TensorRT-LLM when a
+    later range drafts as much as batch 1 (only more is clamped)."""
+    import warnings
+
+    obj = plain_json()
+    obj["k"] = [[2, 2, 2], [1, 1, 1], [2, 2, 2]]
+    table = table_from_json(obj)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert to_trtllm(table, acceptance=0.5) == {
+            "max_draft_len": 2,
+            "draft_len_schedule": {4: 2, 8: 1, 16: 2},
+        }
+        vllm = to_vllm(table_from_json(plain_json()), acceptance=0.3)
+    assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 4, 1], [5, 16, 0]]
+
+
+def test_controller_clamps_a_batch_above_max_batch_to_the_last_bucket_of_one_size():
+    obj = plain_json()
+    obj["batch_buckets"] = [[1, 4], [5, 15], [16, 16]]
+    controller = at_acceptance(LookupController(table_from_json(obj)), 0.9)
+    assert [controller.choose_k(b) for b in (15, 16, 17, 1000)] == [3, 1, 1, 1]
