@@ -40,3 +40,14 @@ def test_return_is_fixed_work_minus_reference_rate_times_time(results):
         assert result.tokens == trace.total_tokens
         expected = (trace.total_tokens - env.reference_tokens_per_s * result.seconds) / 16
         assert result.episode_return == pytest.approx(expected, rel=1e-9)
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def test_step_acceptance_is_the_estimate_observed_after_each_step(results):
+    _, env, r = results
+    result = run_episode(env, FixedK(2), seed=0)
+    assert result.step_acceptance == r["K=2"].step_acceptance
+    assert result.step_acceptance[-1] == pytest.approx(env.acceptance.estimate, rel=1e-6)
+    assert min(result.step_acceptance) > 0.0  # every step drafted: measured, never stale

@@ -446,3 +446,73 @@ def test_the_rest_of_a_k0_step_keeps_its_setup():
     assert rest_of_step({**step, "k": 0, "draft": 0.001}) == pytest.approx(0.003)
     # K>0: the draft column holds the proposals (and catch-up is charged apart).
     assert rest_of_step({**step, "k": 2, "draft": 0.001}) == pytest.approx(0.002)
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda p: p.update(batch_sizes=[1, 4, 2, 8, 16, 32, 64, 128]),
+            r"batch_sizes: expected increasing integers starting at 1",
+        ),
+        (lambda p: p.update(contexts=[64.0, 64.0]), r"contexts: expected increasing numbers"),
+        (
+            lambda p: p["verify_s"][0][0].__setitem__(0, 0.0),
+            r"verify_s\[0\]\[0\]: plain decode times must be > 0",
+        ),
+        (
+            lambda p: p.update(level_drift=_drift(per_token=0.0)),
+            r"level_drift\.code\.greedy\.per_token: expected a number in \(0, 1\]",
+        ),
+        (
+            lambda p: p["acceptance_by_output"].update(edges=[0]),
+            r"acceptance_by_output\.edges: expected increasing integers > 0",
+        ),
+    ],
+)
+def test_malformed_profile_gaps_are_rejected(tmp_path, edit, message):
+    with pytest.raises(SpecrlError, match=message):
+        load_profile(_bad(tmp_path, edit))
+
+
+def _hand_profile():
+    """Batches 1, 2, 4; contexts 64, 128; K 0..1; step time = verify_s alone."""
+    prof = linear_profile(k_max=1, batch_sizes=(1, 2, 4), contexts=(64.0, 128.0))
+    prof.verify_s = [
+        [[1.0, 2.0], [3.0, 1.0]],  # batch 1: K=1 falls with context
+        [[2.0, 3.0], [4.0, 5.0]],  # batch 2
+        [[5.0, 6.0], [7.0, 9.0]],  # batch 4
+    ]
+    prof.draft_s = [[[0.0, 0.0], [0.0, 0.0]] for _ in range(3)]
+    prof.overhead_s = [[0.0, 0.0] for _ in range(3)]
+    prof.prefill = {"tokens": [10.0, 20.0], "seconds": [1.0, 1.5]}
+    return prof
+
+
+def test_step_times_interpolate_and_extend_the_grid_linearly_floored_at_0():
+    from specrl.profile.costs import StepCosts
+
+    costs = StepCosts(_hand_profile(), max_batch=8, max_len=256, k_max=1)
+    at = costs.seconds
+    # Batch, at context 64, K=0: 1, 2, 5 at batches 1, 2, 4; between and past them linearly
+    # (past the grid along its last two points: +1.5 per row).
+    assert [at(b, 0, 64) for b in (0, 1, 2, 3, 4, 6, 8)] == pytest.approx(
+        [0.0, 1.0, 2.0, 3.5, 5.0, 8.0, 11.0]
+    )
+    # Context, batch 4, K=0: 5 at 64, 6 at 128; extended both ways along that line.
+    assert [at(4, 0, c) for c in (0, 32, 96, 192, 256)] == pytest.approx([4.0, 4.5, 5.5, 7.0, 8.0])
+    # Batch 1, K=1: 3 at 64, 1 at 128: extended past 128 it would go below 0.
+    assert [at(1, 1, c) for c in (128, 160, 192, 256)] == pytest.approx([1.0, 0.0, 0.0, 0.0])
+
+
+def test_prefill_costs_run_from_0_tokens_through_the_measured_points():
+    from specrl.profile.costs import StepCosts
+
+    costs = StepCosts(_hand_profile(), max_batch=2, max_len=32, k_max=1)
+    # 0 tokens cost nothing; up to the first point (10: 1.0 s) linearly from there.
+    assert [costs.prefill_s[t] for t in (0, 5, 10, 15, 30)] == pytest.approx(
+        [0.0, 0.5, 1.0, 1.25, 2.0]
+    )

@@ -284,3 +284,245 @@ def test_batches_past_the_profiles_grid_warn_and_keep_the_edge_spread():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SurrogateSpecEnv(profile=prof, max_batch=4)
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def _all_groups(rates) -> dict:
+    """``{domain: {band: rates(domain, band)}}`` over the linear profile's groups."""
+    bands = ("greedy", "chat", "default")
+    return {d: {b: rates(d, b) for b in bands} for d in ("code", "prose", "hard")}
+
+
+def _fixed_lengths(trace, prompts, outputs):
+    """``trace`` with its requests' prompt and output lengths replaced, in order."""
+    import dataclasses
+
+    trace.requests = [
+        dataclasses.replace(r, prompt_len=p, max_new_tokens=o)
+        for r, p, o in zip(trace.requests, prompts, outputs, strict=True)
+    ]
+    return trace
+
+
+def test_observation_is_exact_at_reset_and_after_a_step():
+    """Rows ahead and queue count the requests waiting for a row; context is the longest row
+    (prompt + its prefill token) at the start of the decode, over max_len."""
+    from specrl.features import step_time_feature
+
+    prof = linear_profile(acceptance={d: [1.0] * 4 for d in ("code", "prose", "hard")})
+    prof.time_log_sigma = [0.0] * len(prof.batch_sizes)
+    trace = _steady_trace(8, 6, 40, prompt_lengths=LengthDist(20, 0, 20, 20))
+    env = _env(profile=prof, workload=trace, max_batch=4, max_len=200)
+    obs, _ = env.reset(seed=0)
+    # 6 due, none running: 4 rows ahead, 2 queued; nothing measured yet (fully stale).
+    assert obs.tolist() == [1.0, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    obs, _, _, _, info = env.step(3)
+    assert (info["batch"], info["committed"], info["drafted"], info["accepted"]) == (4, 20, 12, 12)
+    expected = [1.0, 0.5, 1.0, 0.0, step_time_feature(info["step_time_s"]), 21 / 200, 3 / 4, 1.0]
+    assert obs.tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_prefill_and_catch_up_are_charged_by_padded_tokens_of_the_admitted_rows():
+    prof = linear_profile(time_log_sigma=0.0)
+    prof.prefill = {"tokens": [1.0, 1000.0], "seconds": [0.01, 10.0]}  # 0.01 s per token
+    prof.catchup = {"tokens": [1.0, 1000.0], "seconds": [0.001, 1.0]}  # 0.001 s per token
+    trace = _fixed_lengths(_steady_trace(3, 3, 10), prompts=[20, 30, 12], outputs=[2, 10, 10])
+    env = _env(profile=prof, workload=trace, max_batch=2)
+    env.reset(seed=0)
+    infos = [env.step(k)[4] for k in (2, 0)]
+    # Step 1 admits requests 0 and 1: 2 rows x 30 (the widest prompt) prefilled, and the draft
+    # catches both up on 2 x 30 tokens (all but the last of prompt + first token).
+    assert infos[0]["admitted"] == 2
+    assert infos[0]["prefill_s"] == pytest.approx(0.6, rel=1e-9)
+    decode = env.costs.seconds(2, 2, 31)
+    assert infos[0]["step_time_s"] == pytest.approx(decode + 0.6 + 0.06, rel=1e-9)
+    # Request 0 (2 tokens) finishes in step 1; step 2 admits request 2 alone next to request
+    # 1: 1 row x 12 tokens prefilled, not the running row.
+    assert infos[1]["admitted"] == 1
+    assert infos[1]["prefill_s"] == pytest.approx(0.12, rel=1e-9)
+
+
+def test_catch_up_after_a_fully_accepted_block_reads_one_more_token():
+    """After a fully accepted block the draft is 2 tokens behind (1 otherwise); three plain
+    steps add 3; it then reads all but the last: 4 tokens, or 3."""
+    for rate, behind in ((1.0, 4), (0.0, 3)):
+        prof = linear_profile(
+            acceptance={d: [rate] * 4 for d in ("code", "prose", "hard")}, time_log_sigma=0.0
+        )
+        prof.catchup = {"tokens": [1.0, 1000.0], "seconds": [0.1, 100.0]}
+        prof.prefill = {"tokens": [1.0, 1000.0], "seconds": [0.0, 0.0]}
+        trace = _steady_trace(1, 1, 100, prompt_lengths=LengthDist(10, 0, 10, 10))
+        env = _env(profile=prof, workload=trace, max_batch=1)
+        env.reset(seed=0)
+        times = [env.step(k)[4]["step_time_s"] for k in (2, 0, 0, 0, 2, 2)]
+        assert times[4] - times[5] == pytest.approx(0.1 * behind, abs=1e-4)
+
+
+def test_acceptance_is_that_of_the_requests_domain_and_temperature_band():
+    prof = linear_profile(
+        acceptance=_all_groups(lambda d, b: [1.0 if (d, b) == ("prose", "chat") else 0.0] * 4),
+        time_log_sigma=0.0,
+    )
+    for domain, band, per_row in (
+        ("prose", "chat", 3),
+        ("prose", "greedy", 1),
+        ("code", "chat", 1),
+    ):
+        trace = _steady_trace(4, 4, 40, domains={domain: 1.0}, sampling={band: 1.0})
+        env = _env(profile=prof, workload=trace, max_batch=4)
+        env.reset(seed=0)
+        info = env.step(2)[4]
+        assert info["committed"] == 4 + 4 * per_row, (domain, band)
+
+
+def test_mean_committed_per_row_is_the_closed_form_for_iid_acceptance():
+    """Acceptance a at every position: E(K) = (1 - a^(K+1)) / (1 - a) tokens per row."""
+    a, k = 0.6, 4
+    prof = linear_profile(acceptance={d: [a] * 4 for d in ("code", "prose", "hard")})
+    trace = _steady_trace(8, 8, 300)
+    env = _env(profile=prof, workload=trace, max_batch=8)
+    env.reset(seed=0)
+    env.step(k)  # the admission step also commits the prefill tokens
+    per_row = [env.step(k)[4]["committed"] / 8 for _ in range(40)]
+    # Per row: mean 2.3056, sd 1.39; 320 rows give a standard error of 0.078 (5 sigma: 0.39).
+    expected = (1 - a ** (k + 1)) / (1 - a)
+    assert np.mean(per_row) == pytest.approx(expected, abs=0.39)
+    assert abs(np.mean(per_row) - (1 + k * a)) > 0.39  # accepted tokens past a rejection
+
+
+def test_a_row_drafts_no_more_than_its_tokens_left_but_one():
+    prof = linear_profile(acceptance={d: [1.0] * 4 for d in ("code", "prose", "hard")})
+    trace = _steady_trace(1, 1, 4)
+    env = _env(profile=prof, workload=trace, max_batch=1)
+    env.reset(seed=0)
+    _, _, done, _, info = env.step(4)
+    # 3 tokens left after the prefill's: 2 drafted and accepted, plus the bonus token.
+    assert (info["drafted"], info["accepted"], info["committed"], done) == (2, 2, 4, True)
+
+
+def test_step_time_spread_is_the_profiles_at_the_steps_batch():
+    prof = linear_profile()
+    prof.time_log_sigma = [0.0] + [0.5] * (len(prof.batch_sizes) - 1)
+    spreads = {}
+    for batch in (1, 4):
+        trace = _steady_trace(batch, batch, 61, prompt_lengths=LengthDist(20, 0, 20, 20))
+        env = _env(profile=prof, workload=trace, max_batch=batch)
+        env.reset(seed=0)
+        env.step(0)  # the admission step (prefill)
+        ratios = [
+            env.step(0)[4]["step_time_s"] / env.costs.seconds(batch, 0, 21 + j)
+            for j in range(1, 60)
+        ]
+        spreads[batch] = np.std(np.log(ratios))
+    assert spreads[1] == 0.0
+    # 59 draws of N(0, 0.5^2): the sample sd has a standard error of about 0.046.
+    assert 0.35 < spreads[4] < 0.65
+
+
+def test_time_per_output_token_counts_from_each_requests_own_prefill():
+    """Two rows, four requests: the last two wait a turn. Each request's TPOT is its decode
+    time after its prefill over its tokens but the first."""
+    prof = linear_profile(time_log_sigma=0.0)
+    prof.prefill = {"tokens": [1.0, 1000.0], "seconds": [0.01, 10.0]}
+    trace = _steady_trace(4, 4, 5, prompt_lengths=LengthDist(20, 0, 20, 20))
+    env = _env(profile=prof, workload=trace, max_batch=2)
+    env.reset(seed=0)
+    infos, done = [], False
+    while not done:
+        _, _, done, _, info = env.step(0)
+        infos.append(info)
+    assert [i["admitted"] for i in infos] == [2, 0, 0, 0, 2, 0, 0, 0]
+    seconds = [i["step_time_s"] for i in infos]
+    first = (sum(seconds[:4]) - infos[0]["prefill_s"]) / 4
+    second = (sum(seconds[4:]) - infos[4]["prefill_s"]) / 4
+    assert infos[0]["prefill_s"] == pytest.approx(0.4)
+    assert env.request_tpot_s == pytest.approx([first, first, second, second], rel=1e-9)
+
+
+def test_a_request_filling_max_len_exactly_fits():
+    trace = _steady_trace(2, 1, 44, prompt_lengths=LengthDist(20, 0, 20, 20))
+    env = _env(workload=trace, max_batch=1, max_len=64)
+    assert run_episode(env, FixedK(2), seed=0).tokens == 88
+    with pytest.raises(SpecrlError, match=r"needs 64 tokens .* max_len is 63"):
+        _env(workload=trace, max_batch=1, max_len=63)
+
+
+def test_a_preset_workload_draws_its_trace_from_the_reset_seed():
+    env = _env(workload="steady-4", workload_kwargs={"n_requests": 8})
+    env.reset(seed=1)
+    one = env.trace.requests
+    env.reset(seed=1)
+    assert env.trace.requests == one
+    env.reset(seed=2)
+    two = env.trace.requests
+    assert two != one
+    env.reset()
+    assert env.trace.requests not in (one, two)
+
+
+def test_each_request_draws_its_level_uniformly_from_the_profiles_quantiles():
+    """Levels -40 and +40: a request accepts nothing or everything, each half the time."""
+    prof = linear_profile(acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")})
+    prof.request_levels = _all_groups(lambda d, b: [-40.0, 40.0])
+    env = _env(profile=prof, workload=_steady_trace(60, 1, 20), max_batch=1)
+    env.reset(seed=0)
+    rates, drafted, accepted, done = [], 0, 0, False
+    while not done:
+        _, _, done, _, info = env.step(2)
+        drafted, accepted = drafted + info["drafted"], accepted + info["accepted"]
+        if len(env.request_tpot_s) > len(rates):
+            rates.append(accepted / drafted)
+            drafted = accepted = 0
+    assert set(np.round(rates, 6)) == {0.0, 1.0}
+    # Binomial(60, 1/2): sd 3.9; 15..45 is +-3.9 sd.
+    assert 15 <= rates.count(1.0) <= 45
+
+
+def test_a_drifting_level_keeps_the_profiles_correlation_per_token():
+    """Levels -40 / +40 by the sign of z, z an AR(1) with phi = 0.98 per token: at K=1 a step
+    accepts iff z > 0 (nearly), and consecutive steps 1-2 tokens apart flip with probability
+    arccos(phi^tokens) / pi = 0.064-0.090. Drifting over all tokens generated so far at every
+    step flips them about half the time; a z that keeps all of itself (a random walk) flips
+    ever less."""
+    prof = linear_profile(acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")})
+    prof.time_log_sigma = [0.0] * len(prof.batch_sizes)
+    prof.request_levels = _all_groups(lambda d, b: [-40.0, 40.0])
+    prof.level_drift = _all_groups(lambda d, b: {"per_token": 0.98, "scale": 1.0, "shift": 0.0})
+    trace = _steady_trace(10, 1, 600, prompt_lengths=LengthDist(8, 0, 8, 8))
+    env = _env(profile=prof, workload=trace, max_batch=1, max_len=608)
+    env.reset(seed=0)
+    accepted, done = [], False
+    while not done:
+        _, _, done, _, info = env.step(1)
+        if info["drafted"]:
+            accepted.append(info["accepted"])
+    acc = np.array(accepted)
+    assert len(acc) > 3000
+    # Over 12 seeds: 0.055-0.082 as simulated; about 0.43 and 0.01-0.03 for the two errors.
+    assert 0.045 < np.mean(acc[1:] != acc[:-1]) < 0.15
+
+
+@pytest.mark.parametrize(("a", "best"), [(0.3, 1), (0.6, 2), (0.8, 4)])
+def test_oracle_is_the_closed_form_argmax_over_the_rows_that_will_decode(a, best):
+    """One 50-token request and three one-token ones (those leave on their prefill token):
+    the oracle weighs the one row's E(K) = (1 - a^(K+1)) / (1 - a) against T(1, K)."""
+    from specrl.workload import Request, Trace
+
+    prof = linear_profile(acceptance={d: [a] * 4 for d in ("code", "prose", "hard")})
+    requests = [Request("code", 0, 8, 50)] + [Request("code", 0, 8, 1)] * 3
+    trace = Trace(
+        "t",
+        0,
+        {"code": 1.0},
+        {"kind": "closed", "schedule": [[0, 4]]},
+        LengthDist(8, 0, 8, 8),
+        LengthDist(1, 0, 1, 50),
+        requests,
+    )
+    env = _env(profile=prof, workload=trace, max_batch=4)
+    env.reset(seed=0)
+    rates = [(1 - a ** (k + 1)) / (1 - a) / env.costs.seconds(1, k, 9) for k in range(5)]
+    assert int(np.argmax(rates)) == best
+    assert env.oracle_k() == best

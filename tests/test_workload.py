@@ -315,3 +315,84 @@ def test_generated_traces_equal_their_full_round_trip(preset):
         trace = preset_trace(preset, seed=seed)
         again = trace_from_json(json.loads(json.dumps(trace.to_json())))
         assert again.to_json() == trace.to_json() and again.requests == trace.requests
+
+
+# ---------------------------------------------------------------------- mutation gaps
+
+
+def test_bursts_start_low_and_alternate_every_half_period():
+    from specrl.workload import bursts
+
+    assert bursts(8, low=2, high=6, period=4) == [[0, 2], [2, 6], [4, 2], [6, 6]]
+
+
+def test_day_cycle_runs_from_night_at_low_to_noon_at_high():
+    from specrl.workload import day_cycle
+
+    assert day_cycle(24, low=1, high=9, points=4) == [[0, 1], [6, 5], [12, 9], [18, 5]]
+
+
+def test_poisson_arrivals_come_at_the_stated_rate():
+    trace = preset_trace("poisson", seed=0, n_requests=4000, rate_per_s=4.0)
+    arrivals = np.array([r.arrival_s for r in trace.requests])
+    assert arrivals[0] > 0 and np.all(np.diff(arrivals) >= 0)
+    # Mean gap 1 / 4 s; 4000 exponential gaps give a standard error of 0.004 (5 sigma: 0.02).
+    assert arrivals[-1] / 4000 == pytest.approx(0.25, abs=0.02)
+
+
+def test_peak_caps_a_steady_preset():
+    trace = preset_trace("steady-64", seed=0, peak=8)
+    assert trace.load["schedule"] == [[0, 8]]
+    assert len(trace.requests) == 32
+
+
+def test_temperature_bands_go_to_the_nearest_setting():
+    from specrl.workload import temperature_band
+
+    expected = {0.0: "greedy", 0.05: "chat", 0.8: "chat", 0.9: "default", 1.0: "default"}
+    assert {t: temperature_band(t) for t in expected} == expected
+
+
+def test_offsets_cover_the_whole_stream():
+    trace = make_trace(
+        name="t",
+        seed=0,
+        n_requests=500,
+        load={"kind": "closed", "schedule": [[0, 1]]},
+        stream_len=100,
+    )
+    offsets = {r.offset for r in trace.requests}
+    # Uniform over 0..99: 500 draws miss a given offset with probability 0.0066.
+    assert offsets <= set(range(100)) and max(offsets) >= 90
+
+
+def test_a_length_distribution_needs_lo_at_most_hi():
+    with pytest.raises(SpecrlError, match="1 <= lo <= hi"):
+        LengthDist(median=10, sigma=0.0, lo=20, hi=5)
+
+
+@pytest.mark.parametrize(
+    ("preset", "edit", "message"),
+    [
+        (
+            "poisson",
+            lambda t: t["requests"][2].update(arrival_s=t["requests"][1]["arrival_s"] - 0.01),
+            r"requests\[2\]\.arrival_s: arrivals must not decrease",
+        ),
+        (
+            "steady-8",
+            lambda t: t["load"].update(schedule=[[0, 2], [2, 0]]),
+            r"load\.schedule\[1\]: expected \[completed, concurrency\]",
+        ),
+        (
+            "steady-8",
+            lambda t: t["output_lengths"].update(lo=20, hi=10),
+            r"output_lengths: .*1 <= lo <= hi",
+        ),
+    ],
+)
+def test_malformed_trace_gaps_are_rejected(tmp_path, preset, edit, message):
+    obj = preset_trace(preset, seed=0, n_requests=4).to_json()
+    edit(obj)
+    with pytest.raises(SpecrlError, match=message):
+        load_trace(_write(tmp_path, obj))
