@@ -130,7 +130,11 @@ class SurrogateSpecEnv(SpecEnvBase):
             k_max=k_max,
             max_batch=max_batch,
             max_len=max_len,
-            reference_tokens_per_s=reference_tokens_per_s or prof.plain_decode_tokens_per_s,
+            reference_tokens_per_s=(
+                prof.plain_decode_tokens_per_s
+                if reference_tokens_per_s is None
+                else reference_tokens_per_s
+            ),
         )
         self._build_tables()
 

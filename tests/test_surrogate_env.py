@@ -526,3 +526,10 @@ def test_oracle_is_the_closed_form_argmax_over_the_rows_that_will_decode(a, best
     rates = [(1 - a ** (k + 1)) / (1 - a) / env.costs.seconds(1, k, 9) for k in range(5)]
     assert int(np.argmax(rates)) == best
     assert env.oracle_k() == best
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_a_reference_rate_that_is_not_positive_is_refused(bad):
+    # 0.0 was silently replaced by the profile's plain-decode rate.
+    with pytest.raises(SpecrlError, match="reference_tokens_per_s must be > 0"):
+        SurrogateSpecEnv(profile=linear_profile(), max_batch=8, reference_tokens_per_s=bad)

@@ -396,3 +396,12 @@ def test_malformed_trace_gaps_are_rejected(tmp_path, preset, edit, message):
     edit(obj)
     with pytest.raises(SpecrlError, match=message):
         load_trace(_write(tmp_path, obj))
+
+
+@pytest.mark.parametrize("peak", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("name", ["steady-64", "ramp", "bursts", "day", "mixed"])
+def test_peak_caps_the_concurrency_of_every_closed_loop_preset(name, peak):
+    # bursts held 2 requests at peak 1: an env with max_batch 1 always had one queued.
+    trace = preset_trace(name, seed=0, peak=peak)
+    assert trace.load["kind"] == "closed"
+    assert max(c for _, c in trace.load["schedule"]) <= peak

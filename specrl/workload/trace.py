@@ -507,7 +507,8 @@ def preset_trace(
         load = {"kind": "closed", "schedule": ramp(n, peak)}
     elif preset == "bursts":
         n = n_requests or 4 * peak
-        load = {"kind": "closed", "schedule": bursts(n, 2, max(2, 3 * peak // 4), peak // 2)}
+        low = min(2, peak)  # peak caps every closed-loop pattern; at peak 1 there is no burst
+        load = {"kind": "closed", "schedule": bursts(n, low, max(low, 3 * peak // 4), peak // 2)}
     elif preset == "day":
         n = n_requests or 4 * peak
         load = {"kind": "closed", "schedule": day_cycle(n, 1, peak)}
