@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import (
+    DEVICE,
     VOCAB,
     hf_greedy,
     noisy_copy,
@@ -380,3 +381,231 @@ def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
     assert data["b1_best_k_vs_hf_assisted"] > 0
     assert data["k_vs_k0"]["2"]["0"] == 1.0
     assert data["repeats"] == 2 and data["min_sample_s"] == 0.05
+
+
+# ---- mutation gaps
+
+
+def _peaked_llama(seed: int, scale: float, **kwargs):
+    """A tiny model over 8 tokens whose next-token distributions are far from uniform."""
+    model = tiny_llama(seed, vocab=8, **kwargs)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+def _top_p_reference(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """softmax(logits / T) cut to the smallest nucleus whose mass reaches top_p, written
+    independently of specrl.engine.sampling."""
+    probs = torch.softmax(logits.double() / temperature, -1)
+    ordered, order = probs.sort(-1, descending=True)
+    keep_ordered = ordered.cumsum(-1) - ordered < top_p
+    keep = torch.zeros_like(keep_ordered).scatter(-1, order, keep_ordered)
+    probs = probs * keep
+    return probs / probs.sum(-1, keepdim=True)
+
+
+def _chi_square_exceeds(counts: torch.Tensor, probs: torch.Tensor, p_value: float = 1e-6):
+    """Pearson's statistic over cells, those expecting fewer than 5 samples pooled, divided by
+    its chi-square quantile at ``p_value`` (Wilson-Hilferty); above 1 means "not from probs"."""
+    n = counts.sum()
+    expected = probs * n
+    small = expected < 5
+    c = torch.cat([counts[~small], counts[small].sum().view(1)])
+    e = torch.cat([expected[~small], expected[small].sum().view(1)])
+    c, e = c[e > 0], e[e > 0]
+    statistic = ((c - e) ** 2 / e).sum().item()
+    dof = len(e) - 1
+    z = {1e-6: 4.7534}[p_value]
+    quantile = dof * (1 - 2 / (9 * dof) + z * (2 / (9 * dof)) ** 0.5) ** 3
+    return statistic / quantile
+
+
+def test_sampled_engine_output_has_the_targets_exact_distribution():
+    """Lossless: 20k seeded requests of 4 tokens with K=2 (one prefill token, then draft
+    blocks with acceptance, residual and bonus tokens), temperature 0.6 and top-p 0.9, against
+    the target's exact distribution over every pair of consecutive tokens, enumerated with the
+    model's own forward. A few greedy requests share the batches and must stay greedy."""
+    vocab, new, n = 8, 4, 20_000
+    temperature, top_p = 0.6, 0.9
+    target = _peaked_llama(0, 4.0)
+    draft = _peaked_llama(5, 4.0, layers=1, hidden=32)
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():  # exact joint distribution of the 4 tokens, prefix by prefix
+        joint = torch.ones(1, dtype=torch.float64)
+        for length in range(new):
+            prefixes = torch.cartesian_prod(*[torch.arange(vocab)] * length) if length else None
+            if length == 1:
+                prefixes = prefixes.unsqueeze(1)
+            context = torch.tensor([prompt]).expand(vocab**length, -1)
+            if prefixes is not None:
+                context = torch.cat([context, prefixes], 1)
+            step = _top_p_reference(target(context.to(DEVICE)).logits[:, -1].cpu(), temperature, top_p)
+            joint = (joint.unsqueeze(1) * step).reshape(-1)
+    joint = joint.view(*[vocab] * new)
+
+    engine = SpecEngine(target, draft, max_batch=512, max_len=16, k_max=2, max_waiting=2 * n)
+    sampled, greedy = [], []
+    for i in range(n):
+        if i % 1000 == 0:
+            greedy.append(engine.add(prompt, max_new_tokens=new))
+        sampled.append(
+            engine.add(prompt, max_new_tokens=new, temperature=temperature, top_p=top_p, seed=i)
+        )
+    finished, stats = run_to_completion(engine, lambda s: 2)
+    assert sum(s.accepted for s in stats) > 0.2 * sum(s.drafted for s in stats)
+    expected_greedy = hf_greedy(target, prompt, new)
+    assert all(finished[r].token_ids == expected_greedy for r in greedy)
+    tokens = torch.tensor([finished[r].token_ids for r in sampled])
+    for j in range(new - 1):
+        pair = joint.sum(dim=tuple(d for d in range(new) if d not in (j, j + 1))).reshape(-1)
+        counts = torch.bincount(tokens[:, j] * vocab + tokens[:, j + 1], minlength=vocab**2)
+        assert int(counts[pair == 0].sum()) == 0, f"impossible pair at tokens {j}, {j + 1}"
+        assert _chi_square_exceeds(counts.double(), pair) < 1, f"tokens {j}, {j + 1}"
+
+
+def test_greedy_rows_in_a_sampled_batch_match_hf_generate(target, drafts, prompts, reference):
+    # Greedy rows that share a step with sampled ones go through the rejection sampler with
+    # one-hot distributions and zero uniforms; they must still be exactly greedy.
+    budgets, expected = reference
+    engine = SpecEngine(target, drafts["noisy"], max_batch=6, max_len=256, k_max=K_MAX)
+    greedy = {}
+    for i in range(12):
+        if i % 2:
+            engine.add(prompts[i], max_new_tokens=30 + i, temperature=1.0, seed=i)
+        else:
+            greedy[i] = engine.add(prompts[i], max_new_tokens=40)
+    rng = random.Random(4)
+    schedule = [rng.randint(0, K_MAX) for _ in range(10_000)]
+    finished, stats = run_to_completion(engine, schedule.__getitem__)
+    assert {s.k for s in stats} == set(range(K_MAX + 1))
+    for i, rid in greedy.items():
+        assert finished[rid].token_ids == expected[i][:40], f"greedy request {i}"
+
+
+def _check_step_counts(stats):
+    for s in stats:
+        assert s.drafted == sum(s.row_drafted)
+        assert s.accepted == sum(s.row_accepted)
+        for i in range(s.k):
+            assert s.drafted_per_position[i] == sum(d > i for d in s.row_drafted)
+            assert s.accepted_per_position[i] == sum(a > i for a in s.row_accepted)
+        assert all(a <= d for a, d in zip(s.row_accepted, s.row_drafted))
+
+
+def test_same_model_draft_accepts_everything_across_pauses_and_moves(target, prompts, reference):
+    # The draft is the target: any draft-cache position that is stale, skipped or lost (in
+    # the catch-up after K=0 steps, or when a row moves to a freed slot) shows as a rejection.
+    budgets, expected = reference
+    outs, stats = _serve(
+        target,
+        target,
+        prompts[:12],
+        budgets[:12],
+        lambda s: (0, 0, 3, 4, 0, 0, 0, 2, 4, 1, 0, 4, 3)[s % 13],
+        max_batch=4,
+        stagger=True,
+    )
+    assert [o.token_ids for o in outs] == expected[:12]
+    assert sum(s.drafted for s in stats) > 500
+    assert sum(s.accepted for s in stats) == sum(s.drafted for s in stats)
+    assert sum(o.accepted for o in outs) == sum(o.drafted for o in outs)
+    _check_step_counts(stats)
+
+
+def test_steady_speculation_needs_no_catch_up_and_counts_per_position(target, prompts):
+    engine = SpecEngine(target, target, max_batch=8, max_len=256, k_max=K_MAX)
+    for p in prompts[:8]:
+        engine.add(p, max_new_tokens=50)
+    finished, stats = run_to_completion(engine, lambda s: 3)
+    # The first step reads each new prompt (all but its last token, kept for the proposal);
+    # afterwards every step leaves the draft at most two unread tokens: no catch-up.
+    assert stats[0].catchup_tokens == sum(len(p) for p in prompts[:8] if len(p) >= 2)
+    assert [s.catchup_tokens for s in stats[1:]] == [0] * (len(stats) - 1)
+    _check_step_counts(stats)
+
+
+def test_the_token_budget_clamps_k_like_max_len_does(target, prompts, reference):
+    budgets, expected = reference
+    engine = SpecEngine(target, target, max_batch=1, max_len=256, k_max=K_MAX)
+    # 1 token from the prefill + 5 at K=4, then 3 left: 2 draft tokens + 1 (a third draft
+    # token could only replace the bonus).
+    rid = engine.add(prompts[2], max_new_tokens=9)
+    finished, stats = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rid].token_ids == expected[2][:9]
+    assert [s.committed for s in stats] == [6, 3]
+    assert [s.drafted for s in stats] == [4, 2]
+    assert stats[1].drafted_per_position == [1, 1, 0, 0]
+    assert (finished[rid].drafted, finished[rid].accepted) == (6, 6)
+
+
+def test_an_eos_cut_block_still_counts_its_accepted_draft_tokens(target, prompts, reference):
+    budgets, expected = reference
+    ref = expected[0]
+    index = next(
+        i
+        for i, t in enumerate(ref)
+        if i >= 1 and (i - 1) % (K_MAX + 1) in (1, 2, 3) and ref.index(t) == i
+    )
+    engine = SpecEngine(target, target, max_batch=1, max_len=256, k_max=K_MAX)
+    rid = engine.add(prompts[0], max_new_tokens=NEW_TOKENS, eos_token_id=ref[index])
+    finished, stats = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rid].token_ids == ref[: index + 1]
+    # The same model agrees with every draft token, the ones after the EOS included.
+    assert finished[rid].drafted == sum(s.drafted for s in stats) == K_MAX * len(stats)
+    assert finished[rid].accepted == finished[rid].drafted
+
+
+def test_more_bad_input_is_refused_and_leaves_the_engine_unchanged(target, drafts):
+    engine = SpecEngine(target, drafts["noisy"], max_batch=2, max_len=64, k_max=K_MAX)
+    cases = [
+        (lambda: engine.add([1, 2], max_new_tokens=5, temperature=-0.5), "temperature"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, eos_token_id=VOCAB), "eos_token_id"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, eos_token_id=-1), "eos_token_id"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, temperature=1.0, seed="7"), "seed"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, temperature=1.0, seed=1.5), "seed"),
+        (lambda: engine.step(True), "k must be"),
+    ]
+    for call, word in cases:
+        with pytest.raises(InvalidRequestError, match=word):
+            call()
+    assert not engine.has_work and engine.pop_finished() == []
+
+
+def test_a_prompt_one_short_of_max_len_gets_exactly_one_token(target, drafts, reference):
+    engine = SpecEngine(target, drafts["noisy"], max_batch=2, max_len=16, k_max=K_MAX)
+    prompt = list(range(1, 16))
+    rid = engine.add(prompt, max_new_tokens=10)
+    finished, stats = run_to_completion(engine, lambda s: K_MAX)
+    assert finished[rid].token_ids == hf_greedy(target, prompt, 1)
+    assert finished[rid].finish_reason == "length"
+    assert [s.committed for s in stats] == [1]
+
+
+def test_sampled_rows_respect_max_len_and_accept_no_more_than_they_drafted(target, prompts):
+    prompt = prompts[2]
+    for seed in range(3):
+        engine = SpecEngine(target, target, max_batch=1, max_len=len(prompt) + 9, k_max=K_MAX)
+        rid = engine.add(prompt, max_new_tokens=500, temperature=1.0, seed=seed)
+        finished, stats = run_to_completion(engine, lambda s: K_MAX)
+        assert len(finished[rid].token_ids) == 9
+        assert finished[rid].finish_reason == "length"
+        _check_step_counts(stats)
+
+
+def test_a_global_forward_hook_sends_forwards_through_the_models_own_modules(
+    target, prompts, reference
+):
+    budgets, expected = reference
+    engine = SpecEngine(target, None, max_batch=1, max_len=64, k_max=0)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, out: seen.append(type(module).__name__)
+    )
+    try:
+        rid = engine.add(prompts[0], max_new_tokens=3)
+        finished, _ = run_to_completion(engine, lambda s: 0)
+    finally:
+        handle.remove()
+    assert seen.count("LlamaForCausalLM") == 3  # the prefill and two decode steps
+    assert finished[rid].token_ids == expected[0][:3]

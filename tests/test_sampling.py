@@ -98,3 +98,72 @@ def test_top_p_keeps_the_smallest_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     probs = token_probs(logits, torch.tensor([1.0]), torch.tensor([0.75]))
     assert torch.allclose(probs, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+
+
+# ---- mutation gaps
+
+
+def _tv_bound(n: int, delta: float = 1e-6) -> float:
+    """Total variation an exact sampler exceeds with probability below ``delta`` at ``n``
+    samples over VOCAB tokens: E[TV] <= sqrt((VOCAB - 1) / n) / 2, and one sample moves the
+    TV by at most 1/n (McDiarmid)."""
+    return 0.5 * ((VOCAB - 1) / n) ** 0.5 + (torch.log(torch.tensor(1 / delta)).item() / (2 * n)) ** 0.5
+
+
+def test_temperature_divides_the_logits():
+    logits = torch.randn(2, 3, VOCAB, generator=torch.Generator().manual_seed(0))
+    for t in (0.5, 2.0):
+        probs = token_probs(logits, torch.full((2,), t), torch.ones(2))
+        assert torch.allclose(probs, torch.softmax(logits / t, -1), atol=1e-6)
+
+
+def test_top_p_stops_where_the_mass_exactly_reaches_top_p():
+    # Four tokens of 0.25 (exact in float): two of them reach 0.5, a third is not needed.
+    probs = token_probs(torch.zeros(1, 4), torch.ones(1), torch.tensor([0.5]))
+    assert sorted(probs[0].tolist()) == [0.0, 0.0, 0.5, 0.5]
+
+
+def test_inverse_cdf_takes_unnormalised_weights_and_never_picks_zero_mass():
+    probs = torch.tensor([[0.0, 2.0, 0.0, 2.0]]).expand(4, 4)
+    u = torch.tensor([0.0, 0.49, 0.5, 0.999])
+    assert sample_inverse_cdf(probs, u).tolist() == [1, 1, 3, 3]
+
+
+def test_each_block_position_and_the_bonus_follow_their_own_target_distribution():
+    """p and q differ per position (as they do after different prefixes) and half the rows
+    may accept only one draft token (k_eff < K, near a budget). The token at block position
+    j, where the block reaches it, is distributed as p[j]: the draft token if accepted, the
+    residual at the first rejection, the bonus from p[k_eff] after a full acceptance."""
+    gen = torch.Generator().manual_seed(5)
+    k = 2
+    p = torch.softmax(torch.randn(k + 1, VOCAB, generator=gen) * 1.5, -1)
+    q = torch.softmax(torch.randn(k, VOCAB, generator=gen) * 1.5, -1)
+    k_eff = torch.tensor([2, 1]).repeat(SAMPLES // 2)
+    draft = torch.stack(
+        [
+            sample_inverse_cdf(q[j].expand(SAMPLES, VOCAB), torch.rand(SAMPLES, generator=gen))
+            for j in range(k)
+        ],
+        1,
+    )
+    result = verify_block(
+        draft,
+        q.expand(SAMPLES, k, VOCAB),
+        p.expand(SAMPLES, k + 1, VOCAB),
+        k_eff,
+        torch.rand(SAMPLES, k, generator=gen),
+        torch.rand(SAMPLES, generator=gen),
+    )
+    assert bool((result.accepted <= k_eff).all())
+    assert torch.equal(result.accept_mask.sum(1), result.accepted)
+    padded = torch.cat([draft, torch.zeros(SAMPLES, 1, dtype=torch.long)], 1)
+    for ke in (1, 2):
+        for j in range(ke + 1):
+            rows = (k_eff == ke) & (result.accepted >= j)
+            token = torch.where(
+                result.accepted[rows] > j, padded[rows, j], result.next_token[rows]
+            )
+            n = int(rows.sum())
+            assert n > 5_000
+            assert _tv(token, p[j]) < _tv_bound(n), f"position {j}, k_eff {ke}"
+            assert _tv(token, p[(j + 1) % (k + 1)]) > 0.1, "positions should differ"
