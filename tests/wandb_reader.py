@@ -24,6 +24,8 @@ def log_records(path: Path):
             pos += left
             continue
         _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + header])
+        if pos + header + length > len(data):
+            return  # a chunk wandb's service is still writing: the log is not complete yet
         chunk = data[pos + header : pos + header + length]
         pos += header + length
         if kind == 1:
@@ -69,17 +71,25 @@ class WandbRun:
 def _records(path: Path, wait_s: float):
     """The log's parsed records, once they end with the run's ``exit`` record: ``finish()``
     can return while wandb's service is still writing the offline log (seen on a loaded
-    machine: the last history rows arrived after the test had read the file). Waits up to
-    ``wait_s`` for the exit record, then returns what is there."""
+    machine: the last history rows arrived after the test had read the file; once, a record
+    half written read as corrupt). Waits up to ``wait_s`` for the exit record, then returns
+    what is there, or raises the parse error that lasted."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     deadline = time.monotonic() + wait_s
     while True:
         records = []
-        for payload in log_records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(payload)
-            records.append(record)
+        try:
+            for payload in log_records(path):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(payload)
+                records.append(record)
+        except DecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
         if (records and records[-1].WhichOneof("record_type") == "exit") or (
             time.monotonic() > deadline
         ):
