@@ -440,7 +440,9 @@ def test_sampled_engine_output_has_the_targets_exact_distribution():
             context = torch.tensor([prompt]).expand(vocab**length, -1)
             if prefixes is not None:
                 context = torch.cat([context, prefixes], 1)
-            step = _top_p_reference(target(context.to(DEVICE)).logits[:, -1].cpu(), temperature, top_p)
+            step = _top_p_reference(
+                target(context.to(DEVICE)).logits[:, -1].cpu(), temperature, top_p
+            )
             joint = (joint.unsqueeze(1) * step).reshape(-1)
     joint = joint.view(*[vocab] * new)
 

@@ -290,7 +290,8 @@ def test_accept_ema_is_round_ema_plus_one_per_band():
     assert [ema.band_of(b) for b in (1, 4, 5, 16, 17, 64, 65, 500)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
-def test_accept_ema_hysteresis_dead_band():
+def _dead_band_ema() -> AcceptEMA:
+    """AcceptEMA at K=2 with no smoothing or warm-up and a +-0.25 dead band, started."""
     ema = AcceptEMA(
         k_max=4,
         max_batch=MAX_BATCH,
@@ -302,6 +303,11 @@ def test_accept_ema_hysteresis_dead_band():
         initial_k=2,
     )
     ema.predict(obs(batch=2), episode_start=[True])
+    return ema
+
+
+def test_accept_ema_hysteresis_dead_band():
+    ema = _dead_band_ema()
     assert ema_step(ema, 2, 1.6) == 2  # round(1.6) + 1 = 3, but 1.6 is not 0.25 past 1.5
     assert ema_step(ema, 2, 1.8) == 3
     assert ema_step(ema, 3, 1.4) == 3  # round(1.4) + 1 = 2, but 1.4 is not 0.25 below 1.5
@@ -524,17 +530,7 @@ def test_accept_ema_band_starts_with_its_ema_one_below_its_k():
 def test_accept_ema_steps_down_when_the_ema_reaches_the_threshold():
     """Down while ``EMA <= previous candidate - 0.5 + down_hysteresis``: at exactly 0.25 from
     K=2 with down_hysteresis -0.25, K drops to 1."""
-    ema = AcceptEMA(
-        k_max=4,
-        max_batch=MAX_BATCH,
-        ema_alpha=1.0,
-        warmup_steps=0,
-        update_interval=1,
-        down_hysteresis=-0.25,
-        up_hysteresis=0.25,
-        initial_k=2,
-    )
-    ema.predict(obs(batch=2), episode_start=[True])
+    ema = _dead_band_ema()
     assert ema_step(ema, 2, 0.25) == 1
 
 

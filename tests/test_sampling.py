@@ -107,7 +107,10 @@ def _tv_bound(n: int, delta: float = 1e-6) -> float:
     """Total variation an exact sampler exceeds with probability below ``delta`` at ``n``
     samples over VOCAB tokens: E[TV] <= sqrt((VOCAB - 1) / n) / 2, and one sample moves the
     TV by at most 1/n (McDiarmid)."""
-    return 0.5 * ((VOCAB - 1) / n) ** 0.5 + (torch.log(torch.tensor(1 / delta)).item() / (2 * n)) ** 0.5
+    return (
+        0.5 * ((VOCAB - 1) / n) ** 0.5
+        + (torch.log(torch.tensor(1 / delta)).item() / (2 * n)) ** 0.5
+    )
 
 
 def test_temperature_divides_the_logits():
@@ -160,9 +163,7 @@ def test_each_block_position_and_the_bonus_follow_their_own_target_distribution(
     for ke in (1, 2):
         for j in range(ke + 1):
             rows = (k_eff == ke) & (result.accepted >= j)
-            token = torch.where(
-                result.accepted[rows] > j, padded[rows, j], result.next_token[rows]
-            )
+            token = torch.where(result.accepted[rows] > j, padded[rows, j], result.next_token[rows])
             n = int(rows.sum())
             assert n > 5_000
             assert _tv(token, p[j]) < _tv_bound(n), f"position {j}, k_eff {ke}"

@@ -222,8 +222,12 @@ def _per_request_acceptance(level_spread: float) -> np.ndarray:
     prof = linear_profile(
         acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")}, level_spread=level_spread
     )
-    trace = _steady_trace(60, 1, 60)
-    env = _env(profile=prof, workload=trace, max_batch=1)
+    return np.array(_acceptance_per_request(prof, output_len=60))
+
+
+def _acceptance_per_request(prof, *, output_len: int) -> list[float]:
+    """Acceptance of each of 60 requests served one at a time at K=2."""
+    env = _env(profile=prof, workload=_steady_trace(60, 1, output_len), max_batch=1)
     env.reset(seed=0)
     rates, drafted, accepted, done = [], 0, 0, False
     while not done:
@@ -232,7 +236,7 @@ def _per_request_acceptance(level_spread: float) -> np.ndarray:
         if len(env.request_tpot_s) > len(rates):
             rates.append(accepted / drafted)
             drafted = accepted = 0
-    return np.array(rates)
+    return rates
 
 
 def test_each_request_keeps_its_own_acceptance_level():
@@ -466,15 +470,7 @@ def test_each_request_draws_its_level_uniformly_from_the_profiles_quantiles():
     """Levels -40 and +40: a request accepts nothing or everything, each half the time."""
     prof = linear_profile(acceptance={d: [0.5] * 4 for d in ("code", "prose", "hard")})
     prof.request_levels = _all_groups(lambda d, b: [-40.0, 40.0])
-    env = _env(profile=prof, workload=_steady_trace(60, 1, 20), max_batch=1)
-    env.reset(seed=0)
-    rates, drafted, accepted, done = [], 0, 0, False
-    while not done:
-        _, _, done, _, info = env.step(2)
-        drafted, accepted = drafted + info["drafted"], accepted + info["accepted"]
-        if len(env.request_tpot_s) > len(rates):
-            rates.append(accepted / drafted)
-            drafted = accepted = 0
+    rates = _acceptance_per_request(prof, output_len=20)
     assert set(np.round(rates, 6)) == {0.0, 1.0}
     # Binomial(60, 1/2): sd 3.9; 15..45 is +-3.9 sd.
     assert 15 <= rates.count(1.0) <= 45
