@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block
@@ -107,10 +109,7 @@ def _tv_bound(n: int, delta: float = 1e-6) -> float:
     """Total variation an exact sampler exceeds with probability below ``delta`` at ``n``
     samples over VOCAB tokens: E[TV] <= sqrt((VOCAB - 1) / n) / 2, and one sample moves the
     TV by at most 1/n (McDiarmid)."""
-    return (
-        0.5 * ((VOCAB - 1) / n) ** 0.5
-        + (torch.log(torch.tensor(1 / delta)).item() / (2 * n)) ** 0.5
-    )
+    return 0.5 * math.sqrt((VOCAB - 1) / n) + math.sqrt(math.log(1 / delta) / (2 * n))
 
 
 def test_temperature_divides_the_logits():
@@ -168,3 +167,14 @@ def test_each_block_position_and_the_bonus_follow_their_own_target_distribution(
             assert n > 5_000
             assert _tv(token, p[j]) < _tv_bound(n), f"position {j}, k_eff {ke}"
             assert _tv(token, p[(j + 1) % (k + 1)]) > 0.1, "positions should differ"
+
+
+def test_a_uniform_that_rounds_to_one_never_picks_a_token_of_zero_probability():
+    # 1 - 2^-26 rounds to 1.0 in float32: u * total == total, past every token. It used to be
+    # clamped to the last vocabulary token whatever its probability (here 0).
+    from specrl.engine.sampling import sample_inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 1.0, 0.0]])
+    near_one = torch.full((3,), 1 - 2**-26, dtype=torch.float64)
+    assert sample_inverse_cdf(probs, near_one).tolist() == [1, 3, 2]
+    assert sample_inverse_cdf(probs, torch.zeros(3, dtype=torch.float64)).tolist() == [0, 1, 2]

@@ -52,11 +52,16 @@ def sample_inverse_cdf(
     probs: torch.Tensor,  # [N, V]
     uniforms: torch.Tensor,  # [N] in [0, 1)
 ) -> torch.Tensor:  # [N] long
-    """Token i such that cdf[i-1] <= u * total < cdf[i]: one uniform per row, no hidden RNG."""
+    """Token i such that cdf[i-1] <= u * total < cdf[i]: one uniform per row, no hidden RNG.
+
+    A u within rounding of 1 (about 1 - 2^-25 in float32) gives u * total = total, past every
+    token; it takes the last token of nonzero probability, never one of zero (a token cut by
+    top_p, say), so sampling stays lossless there too."""
     cdf = probs.cumsum(-1)
     target = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
     index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    return index.clamp_(max=probs.shape[-1] - 1)
+    last_possible = (probs > 0).long().cumsum(-1).argmax(-1)  # first index of the last count
+    return torch.minimum(index, last_possible)
 
 
 @dataclass
