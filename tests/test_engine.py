@@ -567,11 +567,21 @@ def test_more_bad_input_is_refused_and_leaves_the_engine_unchanged(target, draft
         (lambda: engine.add([1, 2], max_new_tokens=5, temperature=1.0, seed="7"), "seed"),
         (lambda: engine.add([1, 2], max_new_tokens=5, temperature=1.0, seed=1.5), "seed"),
         (lambda: engine.step(True), "k must be"),
+        # Before: a TypeError, a silent never-matching EOS, a truncated prompt, a bool
+        # accepted as a count, and a torch RuntimeError from a bool seed.
+        (lambda: engine.add([1, 2], max_new_tokens=5, eos_token_id="3"), "eos_token_id must"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, eos_token_id=2.5), "eos_token_id must"),
+        (lambda: engine.add([1.7, 2], max_new_tokens=5), r"integer token ids; got 1\.7"),
+        (lambda: engine.add([True, 2], max_new_tokens=5), "integer token ids; got True"),
+        (lambda: engine.add([1, 2], max_new_tokens=True), "max_new_tokens must"),
+        (lambda: engine.add([1, 2], max_new_tokens=5, temperature=1.0, seed=True), "seed"),
     ]
     for call, word in cases:
         with pytest.raises(InvalidRequestError, match=word):
             call()
     assert not engine.has_work and engine.pop_finished() == []
+    # numpy integers (a token array's items) are token ids.
+    engine.add(np.array([1, 2]), max_new_tokens=1, eos_token_id=np.int64(3), seed=np.int64(4))
 
 
 def test_a_prompt_one_short_of_max_len_gets_exactly_one_token(target, drafts, reference):

@@ -66,6 +66,11 @@ class _Request:
         return len(self.tokens) - len(self.prompt)
 
 
+def _is_int(value) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
@@ -213,7 +218,7 @@ class SpecEngine:
         the engine unchanged.
         """
         prompt = self._check_prompt(prompt_ids)
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        if not _is_int(max_new_tokens) or max_new_tokens < 1:
             raise InvalidRequestError(
                 f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}"
             )
@@ -227,11 +232,14 @@ class SpecEngine:
             )
         if not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
             raise InvalidRequestError(f"top_p must be in (0, 1], got {top_p!r}")
-        if seed is not None and not isinstance(seed, int):
+        if seed is not None and not _is_int(seed):
             raise InvalidRequestError(f"seed must be an integer or None, got {seed!r}")
-        if eos_token_id is not None and not (0 <= eos_token_id < self.vocab_size):
+        if eos_token_id is not None and not (
+            _is_int(eos_token_id) and 0 <= eos_token_id < self.vocab_size
+        ):
             raise InvalidRequestError(
-                f"eos_token_id {eos_token_id} is outside the vocabulary [0, {self.vocab_size})"
+                f"eos_token_id must be a token id in [0, {self.vocab_size}) or None, got "
+                f"{eos_token_id!r}"
             )
         if len(self._waiting) >= self.max_waiting:
             raise InvalidRequestError(
@@ -366,11 +374,18 @@ class SpecEngine:
                 )
             prompt_ids = prompt_ids.tolist()
         try:
-            prompt = [int(t) for t in prompt_ids]
-        except (TypeError, ValueError) as err:
+            prompt = list(prompt_ids)
+        except TypeError as err:
             raise InvalidRequestError(
                 f"prompt_ids must be a sequence of token ids: {err}"
             ) from None
+        not_ids = [t for t in prompt if not _is_int(t)]
+        if not_ids:
+            raise InvalidRequestError(
+                f"prompt_ids must be integer token ids; got {not_ids[0]!r} "
+                f"({type(not_ids[0]).__name__})"
+            )
+        prompt = [int(t) for t in prompt]
         if not prompt:
             raise InvalidRequestError("prompt_ids is empty; a request needs at least one token")
         if len(prompt) >= self.max_len:
