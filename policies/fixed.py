@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.policies.base import KPolicy, rows_in_batch
+from specrl.policies.base import KPolicy, check_int, rows_in_batch
 
 
 class FixedK(KPolicy):
@@ -41,16 +41,10 @@ class BatchThreshold(KPolicy):
     """
 
     def __init__(self, k: int, max_spec_batch: int, max_batch: int):
-        values = (k, max_spec_batch, max_batch)
-        integers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-        if not (integers and k >= 0 and max_spec_batch >= 0 and max_batch >= 1):
-            raise SpecrlError(
-                "BatchThreshold: need integers k >= 0, max_spec_batch >= 0 and max_batch >= 1, "
-                "got "
-                f"k={k!r}, max_spec_batch={max_spec_batch!r}, max_batch={max_batch!r}"
-            )
-        self.k, self.max_spec_batch, self.max_batch = k, max_spec_batch, max_batch
-        self.name = f"K={k} if B<={max_spec_batch}"
+        self.k = check_int(k, "BatchThreshold: k", low=0)
+        self.max_spec_batch = check_int(max_spec_batch, "BatchThreshold: max_spec_batch", low=0)
+        self.max_batch = check_int(max_batch, "BatchThreshold: max_batch", low=1)
+        self.name = f"K={self.k} if B<={self.max_spec_batch}"
 
     def _act(self, rows, starts):
         return np.where(rows_in_batch(rows, self.max_batch) <= self.max_spec_batch, self.k, 0)

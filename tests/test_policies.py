@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -467,10 +468,20 @@ def test_threshold_drafts_at_the_threshold_batch():
     assert ks(BatchThreshold(2, 8, MAX_BATCH), [7, 8, 9]) == [2, 2, 0]
 
 
-@pytest.mark.parametrize("args", [(True, 8, 64), (2, 8.5, 64), (2, "8", 64), (2, 8, None)])
-def test_threshold_refuses_what_is_not_an_integer(args):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((True, 8, 64), "BatchThreshold: k must be an integer, got True"),
+        ((2, 8.5, 64), "BatchThreshold: max_spec_batch must be an integer, got 8.5"),
+        ((2, "8", 64), "BatchThreshold: max_spec_batch must be an integer, got '8'"),
+        ((2, 8, None), "BatchThreshold: max_batch must be an integer, got None"),
+        ((-1, 8, 64), "BatchThreshold: k must be >= 0, got -1"),
+        ((2, 8, 0), "BatchThreshold: max_batch must be >= 1, got 0"),
+    ],
+)
+def test_threshold_refuses_what_is_not_an_integer(args, message):
     # Before: True was accepted as K (named "K=True if B<=8"), and "8" raised a TypeError.
-    with pytest.raises(SpecrlError, match="BatchThreshold: need integers k >= 0"):
+    with pytest.raises(SpecrlError, match=re.escape(message)):
         BatchThreshold(*args)
 
 

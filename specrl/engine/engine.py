@@ -273,7 +273,7 @@ class SpecEngine:
     @torch.inference_mode()
     def step(self, k: int) -> StepStats:
         """Run one engine step for the whole running batch with ``k`` draft tokens per row."""
-        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or not 0 <= k <= self.k_max:
+        if not _is_int(k) or not 0 <= k <= self.k_max:
             raise InvalidRequestError(f"k must be an integer in 0..{self.k_max} (k_max), got {k!r}")
         k = int(k)  # numpy integers (a policy's action) are welcome
         if k > 0 and self.draft is None:

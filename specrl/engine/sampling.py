@@ -55,13 +55,15 @@ def sample_inverse_cdf(
     """Token i such that cdf[i-1] <= u * total < cdf[i]: one uniform per row, no hidden RNG.
 
     A u within rounding of 1 (about 1 - 2^-25 in float32) gives u * total = total, past every
-    token; it takes the last token of nonzero probability, never one of zero (a token cut by
-    top_p, say), so sampling stays lossless there too."""
+    token; it takes the token where the cdf reaches its total (the last of nonzero
+    probability, up to rounding), never one of zero (a token cut by top_p, say), so sampling
+    stays lossless there too."""
     cdf = probs.cumsum(-1)
-    target = (uniforms.to(cdf.dtype) * cdf[:, -1]).unsqueeze(-1)
-    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    last_possible = (probs > 0).long().cumsum(-1).argmax(-1)  # first index of the last count
-    return torch.minimum(index, last_possible)
+    total = cdf[:, -1:].contiguous()  # searchsorted copies a strided value tensor
+    index = torch.searchsorted(cdf, uniforms.to(cdf.dtype).unsqueeze(-1) * total, right=True)
+    # Where the cdf first reaches the total: a step up, so a token of nonzero probability.
+    last_possible = torch.searchsorted(cdf, total)
+    return torch.minimum(index, last_possible).squeeze(-1)
 
 
 @dataclass
