@@ -172,6 +172,40 @@ def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():
     assert sum(s.accepted for s in stats) == sum(s.drafted for s in stats) > 0
 
 
+def test_a_position_table_model_runs_to_its_last_position():
+    """GPT-2 looks positions up in a table of n_positions rows. An engine whose max_len is
+    the whole table drafts and verifies past the end near a row's end (columns k_eff never
+    accepts); those must not index past the table, and greedy output still equals generate.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="sdpa",
+    )
+    target = GPT2LMHeadModel(config).to(device=DEVICE, dtype=torch.float64).eval()
+    drafts = {"itself": target, "another model": GPT2LMHeadModel(config).to(DEVICE).double()}
+    for name, draft in drafts.items():
+        engine = SpecEngine(target, draft, max_batch=3, max_len=32, k_max=4)
+        prompts = [list(range(1, 18)), list(range(40, 70)), list(range(5, 26))]
+        ids = [engine.add(p, max_new_tokens=100) for p in prompts]
+        sampled = engine.add(list(range(2, 22)), max_new_tokens=100, temperature=1.0, seed=3)
+        finished, stats = run_to_completion(engine, lambda s: 4 if s % 3 else 2)
+        for rid, p in zip(ids, prompts):
+            assert finished[rid].finish_reason == "length", name
+            assert finished[rid].token_ids == hf_greedy(target, p, 32 - len(p)), name
+        assert len(finished[sampled].token_ids) == 32 - 20, name
+        assert all(0 <= t < VOCAB for t in finished[sampled].token_ids), name
+        assert sum(s.drafted for s in stats) > 0, name
+
+
 def test_hooks_added_after_construction_still_fire():
     """A hook anywhere in the model sends the forward through the model's own modules."""
     target = tiny_llama(0)

@@ -460,6 +460,11 @@ class SpecEngine:
             real = cols < n_real.unsqueeze(1)
         rows = slice(0, input_ids.shape[0]) if rows is None else rows
         mask = cache.prepare(rows, positions, real, run.dtype)
+        if cache.past_end:
+            # Columns at or past max_len (a verify block near the end of a row) are drafts
+            # that k_eff never accepts; the cache sends them to the trash slot. A model with
+            # learned positions (GPT-2's wpe) has no row for them, so it reads max_len - 1.
+            positions = positions.clamp(max=self.max_len - 1)
         return run(input_ids, positions, mask, cache, logits_to_keep)
 
     def _ragged(

@@ -51,6 +51,7 @@ class SlotKVCache(Cache):
         self._mask_values: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
         self._write_pos: torch.Tensor | None = None
         self._kv_len = 0
+        self.past_end = False
 
     def prepare(
         self,
@@ -63,11 +64,14 @@ class SlotKVCache(Cache):
 
         A real column of row ``b`` is written at ``positions[b, j]`` and sees cached positions
         ``<= positions[b, j]``. Filler columns (ragged inputs) and positions at or past
-        ``max_len`` are written to the trash slot.
+        ``max_len`` are written to the trash slot; :attr:`past_end` says whether this
+        forward has any (the caller clamps the positions it gives a model with a position
+        table, whose lookup stops at ``max_position_embeddings``).
         """
         batch, width = positions.shape
         last = int(positions.max())
-        if last >= self.max_len:
+        self.past_end = last >= self.max_len
+        if self.past_end:
             real = positions < self.max_len if real is None else real & (positions < self.max_len)
         self._write_pos = (
             positions if real is None else torch.where(real, positions, self.trash_slot)
