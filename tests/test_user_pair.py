@@ -368,15 +368,50 @@ def test_check_of_a_preset_profile_loads_that_preset(micro_pair_paths, tmp_path,
     assert main(["profile", "--check", str(tmp_path / "stale.json")]) == 1
 
 
-def test_profile_refuses_contexts_beyond_the_targets_positions(micro_pair_paths, tmp_path, capsys):
+def test_profile_refuses_contexts_beyond_the_targets_positions(
+    micro_pair_paths, tmp_path, capsys, monkeypatch
+):
+    import specrl.profile.measure as measure
+
+    timed = []
+    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
     target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
-    grid = ["--batch-sizes", "1", "--contexts", "8,600", "--reps", "1", "--k-max", "2"]
     out = tmp_path / "p.json"
-    argv = ["profile", "--target", target, "--draft", draft, *grid, "--acceptance-rows", "1"]
-    assert main([*argv, "--out", str(out)]) == 2
+    argv = ["profile", "--target", target, "--draft", draft, "--acceptance-rows", "1"]
+    # A cell's rows generate 2 + 3 + 1 * (1 + 1 + 1 + 3 + 2 + 3) = 16 tokens at K=2, one
+    # round; with K + 2 that leaves 512 - 20 = 492 positions for the prompt.
+    grid = ["--batch-sizes", "1", "--reps", "1", "--k-max", "2", "--contexts"]
+    assert main([*argv, *grid, "8,493", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "but the target has 512 (max_position_embeddings): use shorter --contexts" in err
-    assert not out.exists()
+    assert "needs 513 positions (prompt + output + K + 2) but the target has 512" in err
+    assert "(max_position_embeddings): use shorter --contexts (at most 492 at --k-max 2" in err
+    assert timed == [] and not out.exists()
+    # The default grid: 117 tokens at K=4, five rounds.
+    assert main([*argv, "--contexts", "390", "--out", str(out)]) == 2
+    assert "needs 513 positions" in capsys.readouterr().err
+    assert timed == [] and not out.exists()
+
+
+def test_profile_refuses_a_pair_too_short_for_the_corpus_before_timing(
+    micro_pair_paths, tmp_path, capsys, monkeypatch
+):
+    """The held-out corpus's acceptance pass draws prompts and outputs of up to 160 tokens
+    each; a pair without room for both fails before the timing, not after it."""
+    import specrl.profile.measure as measure
+
+    timed = []
+    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
+    target = tmp_path / "short-target"
+    shutil.copytree(micro_pair_paths.target_path, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 300}))
+    grid = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+    argv = ["profile", "--target", str(target), "--draft", micro_pair_paths.draft_path, *grid]
+    assert main([*argv, "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "acceptance on the held-out corpus needs 324 positions (prompts up to 160" in err
+    assert "but the target has 300 (max_position_embeddings): measure on your own prompts" in err
+    assert timed == []
 
 
 def test_profile_names_a_draft_with_fewer_positions_than_the_target(
@@ -412,6 +447,36 @@ def test_profile_refuses_a_prompt_too_long_for_the_target_before_timing(
     assert "with max_new_tokens 1000 and K=4 needs" in err
     assert "the target has 512 (max_position_embeddings); shorten the prompt" in err
     assert timed == []
+    # A line without max_new_tokens draws outputs of up to 160 tokens, as a trace would.
+    words = " ".join(f"w{i}" for i in range(120))
+    prompts.write_text(json.dumps({"prompt": words}) + "\n")
+    assert main([*argv, "--batch-sizes", "1", "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{prompts}, line 1: the prompt (" in err
+    assert "with no max_new_tokens (outputs up to 160 tokens are drawn) and K=4 needs" in err
+    assert "shorten the prompt or give a lower max_new_tokens" in err
+    assert timed == []
+
+
+def test_profile_fits_each_prompt_not_the_longest_prompt_plus_the_longest_output(
+    micro_pair_paths, tmp_path
+):
+    """A long prompt with a short output and a short prompt with a long output each fit the
+    target's 512 positions; the acceptance engine is sized per request, not by their sum."""
+    prompts = tmp_path / "p.jsonl"
+    words = " ".join(f"w{i}" for i in range(100))  # 291 tokens
+    lines = [{"prompt": words, "max_new_tokens": 4}, {"prompt": "x = 1", "max_new_tokens": 400}]
+    prompts.write_text(_jsonl(lines))
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    from specrl.models import load_pair
+
+    ids = tokenize_prompts(load_prompts(prompts), load_pair(target, draft).tokenizer).ids
+    assert len(ids[0]) + 400 + 2 + 2 > 512 >= len(ids[0]) + 4 + 4  # only the sum overflows
+    grid = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+    out = tmp_path / "o.json"
+    argv = ["profile", "--target", target, "--draft", draft, "--prompts", str(prompts), *grid]
+    assert main([*argv, "--acceptance-rows", "1", "--out", str(out)]) == 0
+    assert load_profile(out).meta["prompt_counts"] == {"user": {"greedy": 2}}
 
 
 def test_measure_profile_refuses_zero_repetitions(micro_pair_paths):

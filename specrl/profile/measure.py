@@ -142,22 +142,64 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
     )
 
 
-def _check_prompt_positions(pair, prompts: PromptFile, tokens, k_max: int) -> None:
-    """Refuse a prompt (with its ``max_new_tokens``) longer than the pair's positions."""
+def _cell_new_tokens(k_max: int, reps: int) -> int:
+    """Tokens a timing cell's rows may generate: the admission step commits 2 (prefill +
+    decode), the catch-up step at most K + 1, every round's steps at most K + 1 each."""
+    return 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
+
+
+def _check_positions(
+    pair,
+    *,
+    contexts: Sequence[int],
+    k_max: int,
+    reps: int,
+    acceptance_tokens: int | None,
+    prompts: PromptFile | None = None,
+    tokens=None,
+) -> None:
+    """Refuse, before anything is timed, a run that needs more positions than the pair has
+    (``max_position_embeddings``): the largest timing cell, the single admissions, and the
+    acceptance pass at its longest prompt and output (a prompts file's line without
+    ``max_new_tokens`` may draw the presets' longest output)."""
     from specrl.engine import position_limit
 
     limit = position_limit(pair.target, pair.draft)
     if limit is None:
         return
     positions, which = limit
-    for p, ids in zip(prompts.prompts, tokens.ids):
-        needed = len(ids) + (p.max_new_tokens or 1) + k_max + 2
+    has = f"the {which} has {positions} (max_position_embeddings)"
+    cell_extra = _cell_new_tokens(k_max, reps) + k_max + 2
+    if max(contexts) + cell_extra > positions:
+        raise SpecrlError(
+            f"a profile run needs {max(contexts) + cell_extra} positions (prompt + output + "
+            f"K + 2) but {has}: use shorter --contexts (at most {positions - cell_extra} "
+            f"at --k-max {k_max} --reps {reps}), or a lower --k-max or --reps"
+        )
+    longest_output = acceptance_tokens or DEFAULT_OUTPUT_LENGTHS.hi
+    if prompts is None:
+        needed = DEFAULT_PROMPT_LENGTHS.hi + longest_output + k_max + 2
         if needed > positions:
             raise SpecrlError(
+                f"measuring acceptance on the held-out corpus needs {needed} positions "
+                f"(prompts up to {DEFAULT_PROMPT_LENGTHS.hi} tokens, outputs up to "
+                f"{longest_output}, K + 2) but {has}: measure on your own prompts "
+                "(--prompts, with max_new_tokens on each line)"
+            )
+        return
+    for p, ids in zip(prompts.prompts, tokens.ids):
+        n_out = p.max_new_tokens or longest_output
+        needed = len(ids) + n_out + k_max + 2
+        if needed > positions:
+            given = (
+                f"max_new_tokens {n_out}"
+                if p.max_new_tokens
+                else f"no max_new_tokens (outputs up to {n_out} tokens are drawn)"
+            )
+            raise SpecrlError(
                 f"{prompts.path}, line {p.line}: the prompt ({len(ids)} tokens) with "
-                f"max_new_tokens {p.max_new_tokens or 1} and K={k_max} needs {needed} "
-                f"positions, and the {which} has {positions} (max_position_embeddings); "
-                "shorten the prompt or lower max_new_tokens"
+                f"{given} and K={k_max} needs {needed} positions, and {has}; shorten the "
+                "prompt or give a lower max_new_tokens"
             )
 
 
@@ -183,8 +225,7 @@ class _Cell:
     top_p)`` pairs (default: :data:`SAMPLING_CONFIGS`)."""
 
     def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng, settings=None):
-        # The admission step commits 2 (prefill + decode), every later step at most K + 1.
-        self.new_tokens = 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
+        self.new_tokens = _cell_new_tokens(k_max, reps)
         self.k_max = k_max
         self.engine = _engine(
             pair,
@@ -311,7 +352,7 @@ def _decode(pair, jobs, *, k_max, device, edges, max_batch) -> tuple[dict, np.nd
     engine = _engine(
         pair,
         max_batch=min(len(jobs), max_batch),
-        max_len=max(len(j[0]) for j in jobs) + max(j[1] for j in jobs) + k_max + 2,
+        max_len=max(len(j[0]) + j[1] for j in jobs) + k_max + 2,
         k_max=k_max,
         device=device,
     )
@@ -594,8 +635,13 @@ def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
 def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
     """One request of a workload-like prompt length joining on its own, as in served
     traffic: its prefill (the admission step) and the draft's catch-up on it (the next
-    K=k_max step)."""
+    K=k_max step). A pair with fewer positions than the longest draw takes its longest."""
+    from specrl.engine import position_limit
+
     length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
+    limit = position_limit(pair.target, pair.draft)
+    if limit is not None:
+        length = max(1, min(length, limit[0] - k_max - 8))
     engine = _engine(pair, max_batch=1, max_len=length + k_max + 8, k_max=k_max, device=device)
     domains = list(streams)
     prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
@@ -645,15 +691,23 @@ def measure_profile(
     if acceptance_rows < 1:
         raise SpecrlError(f"acceptance_rows must be >= 1, got {acceptance_rows}")
     started = time.perf_counter()
-    settings = None
+    settings = tokens = None
     if prompts is not None:
         tokens = tokenize_prompts(prompts, pair.tokenizer)
-        _check_prompt_positions(pair, prompts, tokens, k_max)  # before the timing, not after
         streams = streams or tokens.streams
         settings = [(p.temperature, p.top_p) for p in prompts.prompts]
         groups = len(prompts.domains) * len(prompts.bands)
     else:
         groups = len(DOMAINS) * len(SAMPLING_CONFIGS)
+    _check_positions(  # before the timing, not after it
+        pair,
+        contexts=contexts,
+        k_max=k_max,
+        reps=reps,
+        acceptance_tokens=acceptance_tokens,
+        prompts=prompts,
+        tokens=tokens,
+    )
     if streams is None:
         from specrl.workload.prompts import token_streams
 
