@@ -486,3 +486,22 @@ def test_measure_profile_refuses_zero_repetitions(micro_pair_paths):
     pair = load_pair(micro_pair_paths.target_path, micro_pair_paths.draft_path)
     with pytest.raises(SpecrlError, match=r"reps must be an integer >= 1 .*got 0"):
         measure_profile(pair, reps=0, batch_sizes=[1], contexts=[16], progress=False)
+
+
+def test_bench_engine_refuses_lengths_beyond_the_pairs_positions_before_timing(
+    micro_pair_paths, capsys, monkeypatch
+):
+    import specrl.bench.engine as bench
+
+    def timed(*args, **kwargs):
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr(bench, "code_prompts", timed)
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    argv = ["bench", "engine", "--target", target, "--draft", draft, "--device", "cpu"]
+    assert main([*argv, "--prompt-len", "448", "--new-tokens", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--prompt-len 448 + --new-tokens 64 + 1 needs 513 positions but the target " in err
+    assert "has 512 (max_position_embeddings); lower --prompt-len or --new-tokens" in err
+    with pytest.raises(AssertionError, match="the benchmark started"):  # 512 fit
+        main([*argv, "--prompt-len", "447", "--new-tokens", "64"])
