@@ -354,6 +354,31 @@ def test_vocabulary_mismatch_is_refused(target):
         SpecEngine(target, tiny_llama(3, vocab=50), max_batch=1, max_len=32, k_max=2)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_batch", True),
+        ("max_batch", 2.0),
+        ("max_len", "32"),
+        ("k_max", False),
+        ("k_max", -1),
+        ("max_waiting", True),
+    ],
+)
+def test_engine_sizes_must_be_integers(target, field, value):
+    sizes = {"max_batch": 2, "max_len": 32, "k_max": 2, "max_waiting": 8, field: value}
+    with pytest.raises(InvalidRequestError, match=f"{field} must be an integer >= "):
+        SpecEngine(target, target, **sizes)
+
+
+def test_engine_sizes_may_be_numpy_integers(target):
+    engine = SpecEngine(target, target, max_batch=np.int64(2), max_len=np.int32(32), k_max=2)
+    assert (type(engine.max_batch), type(engine.max_len)) == (int, int)
+    rid = engine.add([3, 4, 5], max_new_tokens=4)
+    finished, _ = run_to_completion(engine, lambda s: 2)
+    assert finished[rid].token_ids == hf_greedy(target, [3, 4, 5], 4)
+
+
 def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
     import json
 

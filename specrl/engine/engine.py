@@ -127,7 +127,7 @@ class SpecEngine:
             ("k_max", k_max, 0),
             ("max_waiting", max_waiting, 0),
         ):
-            if not isinstance(value, int) or value < low:
+            if not _is_int(value) or value < low:
                 raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
         check_runner(runner)  # before the models are moved or put in eval mode
         self.device = torch.device(device) if device is not None else target.device
@@ -155,10 +155,10 @@ class SpecEngine:
                 f"({self.vocab_size}); use a draft trained with the target's tokenizer"
             )
         self.max_batch, self.max_len, self.k_max, self.max_waiting = (
-            max_batch,
-            max_len,
-            k_max,
-            max_waiting,
+            int(max_batch),
+            int(max_len),
+            int(k_max),
+            int(max_waiting),
         )
         self._target_run = make_runner(self.target, runner)
         self._draft_run = make_runner(self.draft, runner) if self.draft is not None else None
