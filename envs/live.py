@@ -145,11 +145,8 @@ class LiveSpecEnv(SpecEnvBase):
         from specrl.engine import position_limit
 
         limit = position_limit(pair.target, pair.draft if k_max > 0 else None)
-        if limit is not None and max_len > limit[0]:
-            raise SpecrlError(
-                f"max_len={max_len} exceeds the {limit[1]}'s max_position_embeddings "
-                f"({limit[0]}); lower max_len"
-            )
+        if limit is not None and max_len > limit.positions:
+            raise SpecrlError(f"max_len={max_len} exceeds {limit}; lower max_len")
         if reference_tokens_per_s is None:
             prof = self._profile_for(
                 profile, force_profile, check_profile, k_max, streams=streams is not None

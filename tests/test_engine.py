@@ -326,11 +326,11 @@ def test_bad_input_is_refused_and_the_engine_keeps_working(target, drafts, promp
 
 def test_a_draft_with_fewer_positions_sets_the_pairs_limit(target, drafts, monkeypatch):
     draft = drafts["noisy"]
-    assert position_limit(target, draft) == (1024, "target")
-    assert position_limit(target, None) == (1024, "target")
+    assert position_limit(target, draft) == (1024, "target", "max_position_embeddings")
+    assert position_limit(target, None) == (1024, "target", "max_position_embeddings")
     monkeypatch.setattr(draft.config, "max_position_embeddings", 96)
-    assert position_limit(target, draft) == (96, "draft")
-    assert position_limit(target, None) == (1024, "target")
+    assert position_limit(target, draft) == (96, "draft", "max_position_embeddings")
+    assert position_limit(target, None) == (1024, "target", "max_position_embeddings")
     with pytest.raises(
         InvalidRequestError, match=r"max_len=128 exceeds the draft's max_position_embeddings \(96\)"
     ):

@@ -6,11 +6,20 @@ import copy
 
 import pytest
 import torch
-from engine_helpers import DEVICE, VOCAB, hf_greedy, random_prompts, run_to_completion, tiny_llama
+from engine_helpers import (
+    DEVICE,
+    VOCAB,
+    hf_greedy,
+    noisy_copy,
+    random_prompts,
+    run_to_completion,
+    tiny_llama,
+)
 
-from specrl.engine import SpecEngine
+from specrl.engine import SpecEngine, position_limit
 from specrl.engine.kv import SlotKVCache
 from specrl.engine.runner import HFRunner, LlamaRunner, _llama_reason, make_runner
+from specrl.errors import InvalidRequestError
 
 
 def _steps(model):
@@ -220,3 +229,142 @@ def test_hooks_added_after_construction_still_fire():
         hook.remove()
     assert len(seen) == 6  # the prefill and five decode steps
     assert finished[rid].token_ids == hf_greedy(target, [3, 4, 5], 6)
+
+
+def _tiny(kind: str, seed: int):
+    """A small random model of another architecture, weights scaled up so that its greedy
+    choices are not ties, float64 as engine_helpers' Llama."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = {"vocab_size": VOCAB}
+    rope = {"hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
+    gqa = {**rope, "num_attention_heads": 4, "num_key_value_heads": 2}
+    configs = {
+        # learned positions with an offset of 2
+        "opt": (
+            tf.OPTConfig,
+            {
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "ffn_dim": 64,
+                "num_attention_heads": 2,
+                "word_embed_proj_dim": 32,
+            },
+        ),
+        # partial rotary, parallel residual
+        "gpt_neox": (tf.GPTNeoXConfig, {**rope, "num_attention_heads": 2}),
+        "qwen2": (tf.Qwen2Config, gqa),  # biases on q, k, v
+        "phi": (tf.PhiConfig, {**rope, "num_attention_heads": 4}),
+        "falcon": (
+            tf.FalconConfig,
+            {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2},
+        ),
+        "gptj": (tf.GPTJConfig, {"n_embd": 32, "n_layer": 2, "n_head": 2, "rotary_dim": 8}),
+        "gpt_bigcode": (tf.GPTBigCodeConfig, {"n_embd": 32, "n_layer": 2, "n_head": 2}),
+        # ALiBi built from positions; eager attention only
+        "mpt": (tf.MptConfig, {"d_model": 32, "n_layers": 2, "n_heads": 2, "max_seq_len": 64}),
+        # logit soft-capping, alternating sliding layers (a window longer than any row)
+        "gemma2": (tf.Gemma2Config, {**gqa, "head_dim": 8, "sliding_window": 64}),
+        # every layer slides, over exactly the engine's max_len
+        "mistral": (tf.MistralConfig, {**gqa, "sliding_window": 48}),
+    }
+    config_cls, kwargs = configs[kind]
+    config = config_cls(**common, **kwargs)
+    config._attn_implementation = "eager" if kind in ("mpt", "gemma2") else "sdpa"
+    model_cls = tf.AutoModelForCausalLM.from_config(config).__class__
+    torch.manual_seed(seed)
+    model = model_cls(config).to(device=DEVICE, dtype=torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+    return model
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "opt",
+        "gpt_neox",
+        "qwen2",
+        "phi",
+        "falcon",
+        "gptj",
+        "gpt_bigcode",
+        "mpt",
+        "gemma2",
+        "mistral",
+    ],
+)
+def test_other_architectures_match_generate(kind):
+    """Any causal LM: ragged rows, K changing every step, a draft of the same family that
+    disagrees often; every row to the engine's last position, equal to greedy generate."""
+    target = _tiny(kind, 0)
+    draft = noisy_copy(target, 1, 1.0 if kind == "gemma2" else 0.3)  # soft-capping is robust
+    engine = SpecEngine(target, draft, max_batch=3, max_len=48, k_max=3)
+    assert engine.runner_names == {"target": "hf", "draft": "hf"}
+    prompts = random_prompts(4, seed=7, lo=2, hi=20)
+    ids = [engine.add(p, max_new_tokens=47 - len(p)) for p in prompts]
+    finished, stats = run_to_completion(engine, lambda s: (0, 3, 1, 2)[s % 4])
+    for rid, p in zip(ids, prompts):
+        assert finished[rid].token_ids == hf_greedy(target, p, 47 - len(p)), kind
+    accepted, drafted = sum(sum(s.row_accepted) for s in stats), sum(s.drafted for s in stats)
+    assert 0 < accepted < drafted, kind
+
+
+def test_a_sliding_window_shorter_than_max_len_is_refused():
+    """The engine's masks let a query see its whole row: past a sliding window the output
+    would not be the model's. Up to the window it is."""
+    target = _tiny("mistral", 0)
+    target.config.sliding_window = 8
+    assert position_limit(target) == (8, "target", "sliding_window")
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"max_len=9 exceeds the target's sliding attention window \(8 tokens\), which "
+        r"SpecEngine's per-row masks do not apply; lower max_len",
+    ):
+        SpecEngine(target, target, max_batch=1, max_len=9, k_max=2)
+    engine = SpecEngine(target, None, max_batch=1, max_len=8, k_max=0)
+    rid = engine.add([5, 6, 7], max_new_tokens=10)
+    finished, _ = run_to_completion(engine, lambda s: 0)
+    assert finished[rid].token_ids == hf_greedy(target, [5, 6, 7], 5)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"model_type": "qwen2", "use_sliding_window": False, "sliding_window": 4096}, 32768),
+        ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096}, 4096),
+        ({"layer_types": ["full_attention"], "sliding_window": 100}, 32768),
+        ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}, 512),
+        ({"attention_layers": ["global", "local"], "window_size": 256}, 256),
+        ({"attention_layers": ["global"], "window_size": 256}, 32768),
+        ({"sliding_window": None}, 32768),
+    ],
+)
+def test_position_limit_reads_sliding_windows_from_the_config(config, expected):
+    from types import SimpleNamespace
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=32768, **config))
+    assert position_limit(model).positions == expected
+
+
+@pytest.mark.parametrize(("kind", "alibi"), [("bloom", True), ("falcon", True)])
+def test_alibi_from_a_2d_mask_is_refused_by_name(kind, alibi):
+    import transformers as tf
+
+    if kind == "bloom":
+        config = tf.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=1, n_head=2)
+    else:
+        config = tf.FalconConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            alibi=alibi,
+        )
+    config._attn_implementation = "eager"
+    model = tf.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(InvalidRequestError, match=f"target is a {kind} model with ALiBi, whose"):
+        SpecEngine(model, None, max_batch=1, max_len=16, k_max=0)

@@ -122,11 +122,11 @@ def run_engine_benchmark(
     from specrl.errors import SpecrlError
 
     limit = position_limit(pair.target, pair.draft)
-    if limit is not None and prompt_len + new_tokens + 1 > limit[0]:
+    if limit is not None and prompt_len + new_tokens + 1 > limit.positions:
         raise SpecrlError(
             f"--prompt-len {prompt_len} + --new-tokens {new_tokens} + 1 needs "
-            f"{prompt_len + new_tokens + 1} positions but the {limit[1]} has {limit[0]} "
-            "(max_position_embeddings); lower --prompt-len or --new-tokens"
+            f"{prompt_len + new_tokens + 1} positions but {limit.has}; lower --prompt-len or "
+            "--new-tokens"
         )
     result = EngineBenchmark(
         list(batch_sizes), k_max, prompt_len, new_tokens, repeats, min_sample_s

@@ -26,6 +26,7 @@ import numbers
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -75,20 +76,86 @@ def _vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-def position_limit(target, draft=None) -> tuple[int, str] | None:
-    """The fewest positions (``max_position_embeddings``) the pair can run, and which model
-    ("target" or "draft") sets it; None when neither config says. A request's prompt, output
-    and K + 2 lookahead must fit."""
-    limits = [
-        (positions, name)
-        for name, model in (("target", target), ("draft", draft))
-        if model is not None
-        and isinstance(
-            positions := getattr(getattr(model, "config", None), "max_position_embeddings", None),
-            int,
-        )
-    ]
-    return min(limits, key=lambda limit: limit[0]) if limits else None
+class PositionLimit(NamedTuple):
+    """The most positions a pair can run (a request's prompt, output and K + 2 lookahead),
+    which model sets it, and the config setting that does."""
+
+    positions: int
+    model: str
+    """``"target"`` or ``"draft"``."""
+    setting: str = "max_position_embeddings"
+    """``"max_position_embeddings"``, or ``"sliding_window"``: SpecEngine's per-row masks let
+    a query see its whole row, so past the model's sliding attention window its output would
+    no longer be the model's own."""
+
+    def __str__(self) -> str:
+        """How a message names it: "the draft's max_position_embeddings (96)"."""
+        if self.setting == "sliding_window":
+            return (
+                f"the {self.model}'s sliding attention window ({self.positions} tokens), "
+                "which SpecEngine's per-row masks do not apply"
+            )
+        return f"the {self.model}'s max_position_embeddings ({self.positions})"
+
+    @property
+    def has(self) -> str:
+        """The same, as "the draft has 96 (max_position_embeddings)"."""
+        if self.setting == "sliding_window":
+            return (
+                f"the {self.model} attends over a sliding window of {self.positions} tokens "
+                "(sliding_window), which SpecEngine's per-row masks do not apply"
+            )
+        return f"the {self.model} has {self.positions} (max_position_embeddings)"
+
+
+def _sliding_window(config) -> int | None:
+    """The attention window of a model whose layers (any of them) attend over a sliding
+    window: Mistral, Starcoder2 and Phi-3 (``sliding_window``), Gemma 2/3, Cohere 2 and Qwen 2
+    with ``use_sliding_window`` (``layer_types`` holding ``"sliding_attention"``), GPT-Neo
+    (``"local"`` layers, ``window_size``). None when every layer attends over the whole row."""
+    if config is None:
+        return None
+    get_text = getattr(config, "get_text_config", None)
+    text = get_text(decoder=True) if callable(get_text) else config
+    windows = []
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        slides = "sliding_attention" in layer_types
+    else:
+        slides = getattr(text, "use_sliding_window", True) is not False
+    if slides and _is_int(window) and window > 0:
+        windows.append(int(window))
+    local = getattr(text, "window_size", None)
+    if "local" in (getattr(text, "attention_layers", None) or ()) and _is_int(local):
+        windows.append(int(local))
+    return min(windows) if windows else None
+
+
+def _builds_alibi_from_mask(config) -> bool:
+    """BLOOM, and Falcon with ``alibi``: their forward builds ALiBi biases from a 2D
+    attention mask and fails on a 4D one. (MPT builds its ALiBi from positions and runs.)"""
+    model_type = getattr(config, "model_type", None)
+    return model_type == "bloom" or (model_type == "falcon" and bool(getattr(config, "alibi", 0)))
+
+
+def position_limit(target, draft=None) -> PositionLimit | None:
+    """The fewest positions the pair can run, which model sets it and how: its
+    ``max_position_embeddings``, or a sliding attention window shorter than that (see
+    :class:`PositionLimit`); None when neither config says. A request's prompt, output and
+    K + 2 lookahead must fit."""
+    limits = []
+    for name, model in (("target", target), ("draft", draft)):
+        if model is None:
+            continue
+        config = getattr(model, "config", None)
+        positions = getattr(config, "max_position_embeddings", None)
+        if isinstance(positions, int):
+            limits.append(PositionLimit(positions, name))
+        window = _sliding_window(config)
+        if window is not None:
+            limits.append(PositionLimit(window, name, "sliding_window"))
+    return min(limits, key=lambda limit: limit.positions) if limits else None
 
 
 class SpecEngine:
@@ -137,6 +204,12 @@ class SpecEngine:
         for name, model in (("target", self.target), ("draft", self.draft)):
             if model is None:
                 continue
+            if _builds_alibi_from_mask(model.config):
+                raise InvalidRequestError(
+                    f"{name} is a {model.config.model_type} model with ALiBi, whose position "
+                    "bias transformers builds from a 2D attention mask; SpecEngine passes "
+                    "per-row 4D masks, so this architecture is not supported"
+                )
             impl = model.config._attn_implementation
             if impl not in ("sdpa", "eager"):
                 raise InvalidRequestError(
@@ -144,11 +217,8 @@ class SpecEngine:
                     "load the model with attn_implementation='sdpa' or 'eager'"
                 )
         limit = position_limit(self.target, self.draft)
-        if limit is not None and max_len > limit[0]:
-            raise InvalidRequestError(
-                f"max_len={max_len} exceeds the {limit[1]}'s max_position_embeddings "
-                f"({limit[0]}); lower max_len"
-            )
+        if limit is not None and max_len > limit.positions:
+            raise InvalidRequestError(f"max_len={max_len} exceeds {limit}; lower max_len")
         if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
             raise InvalidRequestError(
                 f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "

@@ -131,11 +131,11 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
     from specrl.engine import SpecEngine, position_limit
 
     limit = position_limit(pair.target, pair.draft)
-    if limit is not None and max_len > limit[0]:
+    if limit is not None and max_len > limit.positions:
         raise SpecrlError(
-            f"a profile run needs {max_len} positions (prompt + output + K + 2) but the "
-            f"{limit[1]} has {limit[0]} (max_position_embeddings): use shorter --contexts, or "
-            "shorter prompts or max_new_tokens in --prompts"
+            f"a profile run needs {max_len} positions (prompt + output + K + 2) but "
+            f"{limit.has}: use shorter --contexts, or shorter prompts or max_new_tokens in "
+            "--prompts"
         )
     return SpecEngine(
         pair.target, pair.draft, max_batch=max_batch, max_len=max_len, k_max=k_max, device=device
@@ -159,7 +159,7 @@ def _check_positions(
     tokens=None,
 ) -> None:
     """Refuse, before anything is timed, a run that needs more positions than the pair has
-    (``max_position_embeddings``): the largest timing cell, the single admissions, and the
+    (:func:`~specrl.engine.position_limit`): the largest timing cell, the single admissions, and the
     acceptance pass at its longest prompt and output (a prompts file's line without
     ``max_new_tokens`` may draw the presets' longest output)."""
     from specrl.engine import position_limit
@@ -167,8 +167,7 @@ def _check_positions(
     limit = position_limit(pair.target, pair.draft)
     if limit is None:
         return
-    positions, which = limit
-    has = f"the {which} has {positions} (max_position_embeddings)"
+    positions, has = limit.positions, limit.has
     cell_extra = _cell_new_tokens(k_max, reps) + k_max + 2
     if max(contexts) + cell_extra > positions:
         raise SpecrlError(
@@ -641,7 +640,7 @@ def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
     length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
     limit = position_limit(pair.target, pair.draft)
     if limit is not None:
-        length = max(1, min(length, limit[0] - k_max - 8))
+        length = max(1, min(length, limit.positions - k_max - 8))
     engine = _engine(pair, max_batch=1, max_len=length + k_max + 8, k_max=k_max, device=device)
     domains = list(streams)
     prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
