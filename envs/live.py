@@ -215,6 +215,7 @@ class LiveSpecEnv(SpecEnvBase):
                 max_len=self.max_len,
                 k_max=self.k_max,
                 device=self.device,
+                vocab_padding=self.pair.vocab_padding,
             )
         self.engine.pop_finished()
         self._trace_index: dict[int, int] = {}

@@ -73,6 +73,7 @@ def _serve(pair, prompts, k, args) -> tuple[DemoResult, list[list[int]]]:
         max_batch=args.batch,
         max_len=args.prompt_len + args.new_tokens + 1,
         k_max=max(k, 1),
+        vocab_padding=pair.vocab_padding,
     )
     ids = [
         engine.add(p, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=i)

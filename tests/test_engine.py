@@ -350,8 +350,39 @@ def test_target_only_engine_refuses_k_above_zero(target, prompts, reference):
 
 
 def test_vocabulary_mismatch_is_refused(target):
-    with pytest.raises(InvalidRequestError, match=r"draft vocabulary \(50\).*\(97\)"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"draft vocabulary \(50\).*\(97\); use a draft trained with the target's "
+        r"tokenizer, or vocab_padding=True for one tokenizer padded to two sizes",
+    ):
         SpecEngine(target, tiny_llama(3, vocab=50), max_batch=1, max_len=32, k_max=2)
+    with pytest.raises(InvalidRequestError, match="vocab_padding must be True or False, got 1"):
+        SpecEngine(target, target, max_batch=1, max_len=32, k_max=2, vocab_padding=1)
+
+
+@pytest.mark.parametrize("draft_vocab", [90, 110])
+def test_a_draft_padded_to_another_vocab_size_matches_generate(target, draft_vocab):
+    """One tokenizer padded to two sizes (Qwen2.5): the draft is a noisy copy of the target
+    over the ids they share, so it agrees often; ids it lacks are read as its last id."""
+    draft = tiny_llama(0, vocab=draft_vocab)
+    with torch.no_grad():
+        shared = min(draft_vocab, VOCAB)
+        for mine, theirs in zip(draft.parameters(), target.parameters()):
+            if mine.shape == theirs.shape:
+                mine.copy_(theirs)
+        draft.model.embed_tokens.weight[:shared] = target.model.embed_tokens.weight[:shared]
+        draft.lm_head.weight[:shared] = target.lm_head.weight[:shared]
+    draft = noisy_copy(draft, seed=1, scale=0.08)
+    engine = SpecEngine(target, draft, max_batch=4, max_len=96, k_max=3, vocab_padding=True)
+    prompts = random_prompts(6, seed=11)
+    prompts[0][-1] = VOCAB - 1  # an id a 90-id draft lacks, in the prompt
+    ids = [engine.add(p, max_new_tokens=40) for p in prompts]
+    finished, stats = run_to_completion(engine, lambda s: (3, 0, 2)[s % 3])
+    for rid, p in zip(ids, prompts):
+        assert finished[rid].token_ids == hf_greedy(target, p, 40)
+    assert 0 < sum(sum(s.row_accepted) for s in stats) < sum(s.drafted for s in stats)
+    if draft_vocab < VOCAB:  # the target committed ids the draft lacks
+        assert any(t >= draft_vocab for f in finished.values() for t in f.token_ids)
 
 
 @pytest.mark.parametrize(
@@ -411,9 +442,9 @@ def test_engine_benchmark_reports_the_stable_keys(tmp_path, micro_pair):
 # ---- mutation gaps
 
 
-def _peaked_llama(seed: int, scale: float, **kwargs):
+def _peaked_llama(seed: int, scale: float, vocab: int = 8, **kwargs):
     """A tiny model over 8 tokens whose next-token distributions are far from uniform."""
-    model = tiny_llama(seed, vocab=8, **kwargs)
+    model = tiny_llama(seed, vocab=vocab, **kwargs)
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
     return model
@@ -446,15 +477,18 @@ def _chi_square_exceeds(counts: torch.Tensor, probs: torch.Tensor, p_value: floa
     return statistic / quantile
 
 
-def test_sampled_engine_output_has_the_targets_exact_distribution():
+@pytest.mark.parametrize("draft_vocab", [8, 6, 10])
+def test_sampled_engine_output_has_the_targets_exact_distribution(draft_vocab):
     """Lossless: 20k seeded requests of 4 tokens with K=2 (one prefill token, then draft
     blocks with acceptance, residual and bonus tokens), temperature 0.6 and top-p 0.9, against
     the target's exact distribution over every pair of consecutive tokens, enumerated with the
-    model's own forward. A few greedy requests share the batches and must stay greedy."""
+    model's own forward. A few greedy requests share the batches and must stay greedy.
+    With ``vocab_padding`` the draft has fewer ids than the target (6: it reads ids 6 and 7,
+    which the target commits, as 5, and never proposes them) or more (10)."""
     vocab, new, n = 8, 4, 20_000
     temperature, top_p = 0.6, 0.9
     target = _peaked_llama(0, 4.0)
-    draft = _peaked_llama(5, 4.0, layers=1, hidden=32)
+    draft = _peaked_llama(5, 4.0, vocab=draft_vocab, layers=1, hidden=32)
     prompt = [3, 1, 4, 1, 5]
     with torch.no_grad():  # exact joint distribution of the 4 tokens, prefix by prefix
         joint = torch.ones(1, dtype=torch.float64)
@@ -471,7 +505,15 @@ def test_sampled_engine_output_has_the_targets_exact_distribution():
             joint = (joint.unsqueeze(1) * step).reshape(-1)
     joint = joint.view(*[vocab] * new)
 
-    engine = SpecEngine(target, draft, max_batch=512, max_len=16, k_max=2, max_waiting=2 * n)
+    engine = SpecEngine(
+        target,
+        draft,
+        max_batch=512,
+        max_len=16,
+        k_max=2,
+        max_waiting=2 * n,
+        vocab_padding=draft_vocab != vocab,
+    )
     sampled, greedy = [], []
     for i in range(n):
         if i % 1000 == 0:
@@ -489,6 +531,8 @@ def test_sampled_engine_output_has_the_targets_exact_distribution():
         counts = torch.bincount(tokens[:, j] * vocab + tokens[:, j + 1], minlength=vocab**2)
         assert int(counts[pair == 0].sum()) == 0, f"impossible pair at tokens {j}, {j + 1}"
         assert _chi_square_exceeds(counts.double(), pair) < 1, f"tokens {j}, {j + 1}"
+    if draft_vocab < vocab:  # the target commits ids the draft lacks
+        assert int((tokens >= draft_vocab).sum()) > 0.05 * tokens.numel()
 
 
 def test_greedy_rows_in_a_sampled_batch_match_hf_generate(target, drafts, prompts, reference):

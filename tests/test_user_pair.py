@@ -505,3 +505,48 @@ def test_bench_engine_refuses_lengths_beyond_the_pairs_positions_before_timing(
     assert "has 512 (max_position_embeddings); lower --prompt-len or --new-tokens" in err
     with pytest.raises(AssertionError, match="the benchmark started"):  # 512 fit
         main([*argv, "--prompt-len", "447", "--new-tokens", "64"])
+
+
+def test_one_tokenizer_padded_to_two_vocab_sizes_is_a_pair(micro_pair_paths, tmp_path, capsys):
+    """Qwen2.5's 0.5B-3B and 7B+ pad one tokenizer to 151,936 and 152,064 ids. Here: the
+    micro target padded to 640 ids, its 512-id draft; the profile and the benchmark run, and
+    transformers' assisted generation, which refuses such a pair, is reported as not run."""
+    from specrl.bench.engine import format_report, run_engine_benchmark
+    from specrl.models import load_pair
+
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    base = load_pair(target, draft)
+    padded = tmp_path / "padded-target"
+    base.target.resize_token_embeddings(640, mean_resizing=False)
+    base.target.save_pretrained(padded)
+    base.tokenizer.save_pretrained(padded)
+    pair = load_pair(padded, draft)
+    assert pair.vocab_padding and not base.vocab_padding
+    assert (pair.target.config.vocab_size, pair.draft.config.vocab_size) == (640, 512)
+    out = tmp_path / "p.json"
+    grid = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+    argv = ["profile", "--target", str(padded), "--draft", draft, *grid, "--acceptance-rows", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert all(
+        c["drafted_per_position"][0] > 0
+        for by_band in load_profile(out).acceptance_counts.values()
+        for c in by_band.values()
+    )
+    result = run_engine_benchmark(
+        pair, batch_sizes=(1,), k_max=2, prompt_len=8, new_tokens=6, repeats=1, progress=False
+    )
+    assert result.hf_assisted_not_run and result.hf_assisted_b1_tokens_per_s == 0.0
+    assert result.b1_best_k in (0, 1, 2)
+    assert "HF assisted generation not run: transformers' assisted" in format_report(result)
+    # Two tokenizers that differ are refused, before any weights load.
+    other = tmp_path / "other-draft"
+    shutil.copytree(draft, other)
+    (other / "model.safetensors").unlink()
+    tokenizer = load_pair(target, draft).tokenizer
+    tokenizer.add_tokens(["<not-in-the-target>"])
+    tokenizer.save_pretrained(other)
+    capsys.readouterr()
+    assert main([*argv[:2], str(padded), "--draft", str(other), *grid, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "target " in err and "has vocab size 640" in err and "has 512, and their" in err
+    assert "tokenizers are not one tokenizer that fits both" in err

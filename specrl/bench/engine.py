@@ -47,6 +47,9 @@ class EngineBenchmark:
     k_vs_k0: dict[str, dict[str, float]] = field(default_factory=dict)
     b1_best_k: int = 0
     b1_best_k_vs_hf_assisted: float = 0.0
+    hf_assisted_not_run: str = ""
+    """Why the assisted-generation comparison did not run (empty when it ran or batch 1 was
+    not measured)."""
 
 
 def code_prompts(tokenizer, n: int, length: int) -> list[list[int]]:
@@ -67,6 +70,7 @@ def _engine_rate(pair, prompts, new_tokens, k, k_max, *, with_draft=True) -> flo
         max_batch=len(prompts),
         max_len=len(prompts[0]) + new_tokens + 1,
         k_max=k_max,
+        vocab_padding=pair.vocab_padding,
     )
     _sync(engine.device)
     start = time.perf_counter()
@@ -148,7 +152,11 @@ def run_engine_benchmark(
             jobs.append(
                 (batch, k, lambda rows=rows, k=k: _engine_rate(pair, rows, new_tokens, k, k_max))
             )
-        if batch == 1:
+        if batch == 1 and pair.vocab_padding:
+            result.hf_assisted_not_run = (
+                "transformers' assisted generation refuses a draft padded to another vocab size"
+            )
+        elif batch == 1:
             jobs.append(
                 (1, "assisted", lambda rows=rows: _hf_rate(pair, rows, new_tokens, assisted=True))
             )
@@ -191,6 +199,7 @@ def run_engine_benchmark(
         b1 = result.tokens_per_s["1"]
         best = max(b1, key=b1.get)
         result.b1_best_k = int(best)
+    if 1 in batch_sizes and not result.hf_assisted_not_run:
         result.hf_assisted_b1_tokens_per_s = median[(1, "assisted")]
         result.b1_best_k_vs_hf_assisted = paired((1, int(best)), (1, "assisted"))
     return result
@@ -226,6 +235,8 @@ def format_report(result: EngineBenchmark) -> str:
             f"generation {result.hf_assisted_b1_tokens_per_s:.1f} tok/s: "
             f"{result.b1_best_k_vs_hf_assisted:.3f}x",
         ]
+    if result.hf_assisted_not_run:
+        lines += ["", f"HF assisted generation not run: {result.hf_assisted_not_run}"]
     return "\n".join(lines)
 
 

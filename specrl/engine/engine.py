@@ -173,6 +173,13 @@ class SpecEngine:
         :class:`~specrl.engine.runner.LlamaRunner` (same kernels and logits as the model's own
         forward, without its per-call Python) and any other model through its own forward;
         ``"hf"`` always calls the model's own forward. ``runner_names`` says which was chosen.
+    :param vocab_padding: let the draft's vocab size differ from the target's, as a family's
+        models padded to different sizes do (one tokenizer; Qwen2.5 0.5B-3B pad it to
+        151,936 ids, 7B and larger to 152,064). The draft proposes only ids both models have
+        (its distribution is given zero mass above them, so verification stays exact) and reads
+        an id only the target has as the last id it has. Only for a pair that shares a
+        tokenizer: :func:`~specrl.models.load_pair` checks that and sets
+        ``ModelPair.vocab_padding``.
     """
 
     def __init__(
@@ -187,6 +194,7 @@ class SpecEngine:
         max_waiting: int = 4096,
         seed: int = 0,
         runner: str = "auto",
+        vocab_padding: bool = False,
     ):
         for name, value, low in (
             ("max_batch", max_batch, 1),
@@ -219,11 +227,17 @@ class SpecEngine:
         limit = position_limit(self.target, self.draft)
         if limit is not None and max_len > limit.positions:
             raise InvalidRequestError(f"max_len={max_len} exceeds {limit}; lower max_len")
+        if not isinstance(vocab_padding, bool):
+            raise InvalidRequestError(f"vocab_padding must be True or False, got {vocab_padding!r}")
+        self._draft_vocab = None  # the ids the draft has, when fewer or more than the target's
         if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
-            raise InvalidRequestError(
-                f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "
-                f"({self.vocab_size}); use a draft trained with the target's tokenizer"
-            )
+            if not vocab_padding:
+                raise InvalidRequestError(
+                    f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "
+                    f"({self.vocab_size}); use a draft trained with the target's tokenizer, or "
+                    "vocab_padding=True for one tokenizer padded to two sizes"
+                )
+            self._draft_vocab = _vocab_size(self.draft)
         self.max_batch, self.max_len, self.k_max, self.max_waiting = (
             int(max_batch),
             int(max_len),
@@ -611,8 +625,9 @@ class SpecEngine:
         seqs = [r.tokens[r.draft_len :] for r in rows]
         ids, lengths = self._ragged(seqs, rows)
         starts = torch.tensor([r.draft_len for r in rows], device=self.device)
+        ids = self._draft_ids(ids)
         logits = self._forward(self._draft_run, self._draft_cache, ids, starts, n_real=lengths)
-        last = logits[torch.arange(len(rows), device=self.device), lengths - 1]  # [B, V]
+        last = self._draft_logits(logits[torch.arange(len(rows), device=self.device), lengths - 1])
         for r in rows:
             r.draft_len = r.seq_len
         seq_lens = torch.tensor([r.seq_len for r in rows], device=self.device)
@@ -633,7 +648,27 @@ class SpecEngine:
                     seq_lens + j,
                     n_real=None,
                 )[:, -1]
+                last = self._draft_logits(last)
         return torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None
+
+    def _draft_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """With ``vocab_padding``, an id the draft lacks (a padding id the target committed)
+        is read as the last id the draft has."""
+        if self._draft_vocab is None or self._draft_vocab >= self.vocab_size:
+            return ids
+        return ids.clamp(max=self._draft_vocab - 1)
+
+    def _draft_logits(self, logits: torch.Tensor) -> torch.Tensor:  # [B, V_draft] -> [B, V]
+        """With ``vocab_padding``, the draft's logits over the target's ids: cut to them, or
+        extended with the dtype's lowest value (zero probability) for ids only the target
+        has. Verification then sees a q over the target's vocabulary, as p is."""
+        if self._draft_vocab is None:
+            return logits
+        if self._draft_vocab > self.vocab_size:
+            return logits[:, : self.vocab_size]
+        return torch.nn.functional.pad(
+            logits, (0, self.vocab_size - self._draft_vocab), value=torch.finfo(logits.dtype).min
+        )
 
     def _catch_up(self) -> tuple[int, int]:
         """Feed the draft the committed tokens it missed, leaving one unread token per row.
@@ -652,7 +687,7 @@ class SpecEngine:
         self._forward(
             self._draft_run,
             self._draft_cache,
-            ids,
+            self._draft_ids(ids),
             starts,
             n_real=lengths,
             rows=slots,

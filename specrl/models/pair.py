@@ -24,6 +24,9 @@ class ModelPair:
     draft_path: str
     preset: str | None = None
     """The default pair's preset (:func:`load_default_pair`); None for a pair given by path."""
+    vocab_padding: bool = False
+    """The two models pad one tokenizer to different vocab sizes (Qwen2.5 0.5B-3B against 7B
+    and larger); engines built for the pair pass it to :class:`~specrl.engine.SpecEngine`."""
 
 
 def load_pair(
@@ -37,6 +40,8 @@ def load_pair(
 
     ``device`` is checked first (:func:`~specrl.device.require_device`) and the vocabularies
     are compared from the configs before any weights load, so either mistake fails fast.
+    Vocab sizes that differ are accepted only where the two tokenizers are the same and fit
+    both sizes (one tokenizer padded to two sizes): ``ModelPair.vocab_padding``.
     ``dtype=None`` means float32 on CPU (fp16 matmuls are slow there) and the
     checkpoint's own dtype elsewhere. The tokenizer is the target's.
     """
@@ -48,10 +53,13 @@ def load_pair(
     draft_config = _load_config(AutoConfig, draft, "draft")
     target_vocab = getattr(target_config, "vocab_size", None)
     draft_vocab = getattr(draft_config, "vocab_size", None)
-    if target_vocab != draft_vocab:
+    vocab_padding = target_vocab != draft_vocab
+    if vocab_padding and not _one_tokenizer_padded(target, draft, target_vocab, draft_vocab):
         raise SpecrlError(
             f"draft and target must share a vocabulary: target {target} has vocab size "
-            f"{target_vocab}, draft {draft} has {draft_vocab}; pick a draft from the same family"
+            f"{target_vocab}, draft {draft} has {draft_vocab}, and their tokenizers are not one "
+            "tokenizer that fits both (a family padding one tokenizer to two sizes, as "
+            "Qwen2.5 does, is accepted); pick a draft from the same family"
         )
     if dtype is None:
         dtype = torch.float32 if torch.device(device).type == "cpu" else "auto"
@@ -71,7 +79,21 @@ def load_pair(
             f"the tokenizer of {target} has {len(tokenizer)} tokens but the model's vocab size "
             f"is {target_vocab}; use the tokenizer that came with the model"
         )
-    return ModelPair(models[0], models[1], tokenizer, target, draft)
+    return ModelPair(models[0], models[1], tokenizer, target, draft, vocab_padding=vocab_padding)
+
+
+def _one_tokenizer_padded(target: str, draft: str, target_vocab, draft_vocab) -> bool:
+    """Both tokenizers load, map every token to the same id, and fit both vocab sizes."""
+    if not all(isinstance(v, int) for v in (target_vocab, draft_vocab)):
+        return False
+    try:
+        target_tokens = load_tokenizer(target)
+        draft_tokens = load_tokenizer(draft)
+    except SpecrlError:
+        return False
+    return target_tokens.get_vocab() == draft_tokens.get_vocab() and len(target_tokens) <= min(
+        target_vocab, draft_vocab
+    )
 
 
 def load_tokenizer(path: str | os.PathLike):

@@ -138,7 +138,13 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
             "--prompts"
         )
     return SpecEngine(
-        pair.target, pair.draft, max_batch=max_batch, max_len=max_len, k_max=k_max, device=device
+        pair.target,
+        pair.draft,
+        max_batch=max_batch,
+        max_len=max_len,
+        k_max=k_max,
+        device=device,
+        vocab_padding=pair.vocab_padding,
     )
 
 
