@@ -690,3 +690,15 @@ def test_a_global_forward_hook_sends_forwards_through_the_models_own_modules(
         handle.remove()
     assert seen.count("LlamaForCausalLM") == 3  # the prefill and two decode steps
     assert finished[rid].token_ids == expected[0][:3]
+
+
+def test_a_padded_draft_never_proposes_an_id_it_lacks_at_any_temperature():
+    """fp16's lowest value divided by a large temperature is no longer "zero probability";
+    the padding must be, or the draft is fed an id outside its embedding table."""
+    target = tiny_llama(0).half()
+    draft = tiny_llama(1, vocab=90).half()
+    engine = SpecEngine(target, draft, max_batch=2, max_len=64, k_max=4, vocab_padding=True)
+    rids = [engine.add([1, 2, 3], max_new_tokens=30, temperature=t, seed=0) for t in (1e5, 3.0)]
+    finished, stats = run_to_completion(engine, lambda s: 4)
+    assert sorted(finished) == rids and all(len(finished[r].token_ids) == 30 for r in rids)
+    assert sum(s.drafted for s in stats) > 0

@@ -644,7 +644,7 @@ class SpecEngine:
                 last = self._forward(
                     self._draft_run,
                     self._draft_cache,
-                    token.unsqueeze(1),
+                    self._draft_ids(token.unsqueeze(1)),
                     seq_lens + j,
                     n_real=None,
                 )[:, -1]
@@ -660,14 +660,15 @@ class SpecEngine:
 
     def _draft_logits(self, logits: torch.Tensor) -> torch.Tensor:  # [B, V_draft] -> [B, V]
         """With ``vocab_padding``, the draft's logits over the target's ids: cut to them, or
-        extended with the dtype's lowest value (zero probability) for ids only the target
-        has. Verification then sees a q over the target's vocabulary, as p is."""
+        extended with -inf (exactly zero probability at any temperature; the dtype's lowest
+        value is not, in fp16 at a temperature of 1e5) for ids only the target has.
+        Verification then sees a q over the target's vocabulary, as p is."""
         if self._draft_vocab is None:
             return logits
         if self._draft_vocab > self.vocab_size:
             return logits[:, : self.vocab_size]
         return torch.nn.functional.pad(
-            logits, (0, self.vocab_size - self._draft_vocab), value=torch.finfo(logits.dtype).min
+            logits, (0, self.vocab_size - self._draft_vocab), value=float("-inf")
         )
 
     def _catch_up(self) -> tuple[int, int]:
