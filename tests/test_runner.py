@@ -156,21 +156,20 @@ def test_training_mode_after_construction_uses_the_models_forward():
     assert calls == [1]
 
 
-def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():
-    """Any causal LM works: GPT-2 (learned positions, its own attention) through HFRunner."""
+def _gpt2(seed: int = 0, **sizes):
+    """A tiny float64 GPT-2 (learned positions, its own attention)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_implementation="sdpa",
+        vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, attn_implementation="sdpa", **sizes
     )
-    target = GPT2LMHeadModel(config).to(device=DEVICE, dtype=torch.float64).eval()
+    return GPT2LMHeadModel(config).to(device=DEVICE, dtype=torch.float64).eval()
+
+
+def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():
+    """Any causal LM works: GPT-2 (learned positions, its own attention) through HFRunner."""
+    target = _gpt2(n_embd=64, n_layer=2, n_head=4)
     engine = SpecEngine(target, target, max_batch=4, max_len=128, k_max=3)
     assert engine.runner_names == {"target": "hf", "draft": "hf"}
     prompts = random_prompts(4, seed=5)
@@ -186,21 +185,9 @@ def test_a_position_table_model_runs_to_its_last_position():
     the whole table drafts and verifies past the end near a row's end (columns k_eff never
     accepts); those must not index past the table, and greedy output still equals generate.
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=1,
-        n_head=2,
-        n_positions=32,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_implementation="sdpa",
-    )
-    target = GPT2LMHeadModel(config).to(device=DEVICE, dtype=torch.float64).eval()
-    drafts = {"itself": target, "another model": GPT2LMHeadModel(config).to(DEVICE).double()}
+    sizes = {"n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 32}
+    target = _gpt2(0, **sizes)
+    drafts = {"itself": target, "another model": _gpt2(1, **sizes)}
     for name, draft in drafts.items():
         engine = SpecEngine(target, draft, max_batch=3, max_len=32, k_max=4)
         prompts = [list(range(1, 18)), list(range(40, 70)), list(range(5, 26))]
