@@ -204,12 +204,11 @@ class SpecEngine:
         ):
             if not _is_int(value) or value < low:
                 raise InvalidRequestError(f"{name} must be an integer >= {low}, got {value!r}")
-        check_runner(runner)  # before the models are moved or put in eval mode
-        self.device = torch.device(device) if device is not None else target.device
-        self.target = target.to(self.device).eval()
-        self.draft = draft.to(self.device).eval() if draft is not None else None
-        self.vocab_size = _vocab_size(self.target)
-        for name, model in (("target", self.target), ("draft", self.draft)):
+        check_runner(runner)
+        # Every refusal below reads configs and shapes only: before the models are moved to
+        # the device or put in eval mode.
+        self.vocab_size = _vocab_size(target)
+        for name, model in (("target", target), ("draft", draft)):
             if model is None:
                 continue
             if _builds_alibi_from_mask(model.config):
@@ -224,20 +223,23 @@ class SpecEngine:
                     f"{name} uses attention '{impl}'; SpecEngine passes per-row 4D masks, "
                     "load the model with attn_implementation='sdpa' or 'eager'"
                 )
-        limit = position_limit(self.target, self.draft)
+        limit = position_limit(target, draft)
         if limit is not None and max_len > limit.positions:
             raise InvalidRequestError(f"max_len={max_len} exceeds {limit}; lower max_len")
         if not isinstance(vocab_padding, bool):
             raise InvalidRequestError(f"vocab_padding must be True or False, got {vocab_padding!r}")
         self._draft_vocab = None  # the ids the draft has, when fewer or more than the target's
-        if self.draft is not None and _vocab_size(self.draft) != self.vocab_size:
+        if draft is not None and _vocab_size(draft) != self.vocab_size:
             if not vocab_padding:
                 raise InvalidRequestError(
-                    f"draft vocabulary ({_vocab_size(self.draft)}) differs from the target's "
+                    f"draft vocabulary ({_vocab_size(draft)}) differs from the target's "
                     f"({self.vocab_size}); use a draft trained with the target's tokenizer, or "
                     "vocab_padding=True for one tokenizer padded to two sizes"
                 )
-            self._draft_vocab = _vocab_size(self.draft)
+            self._draft_vocab = _vocab_size(draft)
+        self.device = torch.device(device) if device is not None else target.device
+        self.target = target.to(self.device).eval()
+        self.draft = draft.to(self.device).eval() if draft is not None else None
         self.max_batch, self.max_len, self.k_max, self.max_waiting = (
             int(max_batch),
             int(max_len),
@@ -644,7 +646,7 @@ class SpecEngine:
                 last = self._forward(
                     self._draft_run,
                     self._draft_cache,
-                    self._draft_ids(token.unsqueeze(1)),
+                    token.unsqueeze(1),  # -inf padding: never an id the draft lacks
                     seq_lens + j,
                     n_real=None,
                 )[:, -1]
