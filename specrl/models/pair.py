@@ -53,8 +53,14 @@ def load_pair(
     draft_config = _load_config(AutoConfig, draft, "draft")
     target_vocab = getattr(target_config, "vocab_size", None)
     draft_vocab = getattr(draft_config, "vocab_size", None)
+    tokenizer = load_tokenizer(target)  # small, and read before any weights
+    if len(tokenizer) > target_vocab:
+        raise SpecrlError(
+            f"the tokenizer of {target} has {len(tokenizer)} tokens but the model's vocab size "
+            f"is {target_vocab}; use the tokenizer that came with the model"
+        )
     vocab_padding = target_vocab != draft_vocab
-    if vocab_padding and not _one_tokenizer_padded(target, draft, target_vocab, draft_vocab):
+    if vocab_padding and not _one_tokenizer_padded(tokenizer, draft, target_vocab, draft_vocab):
         raise SpecrlError(
             f"draft and target must share a vocabulary: target {target} has vocab size "
             f"{target_vocab}, draft {draft} has {draft_vocab}, and their tokenizers are not one "
@@ -73,26 +79,20 @@ def load_pair(
                 "rebuild it (specrl models build) or check the path"
             ) from None
         models.append(model.to(device).eval())
-    tokenizer = load_tokenizer(target)
-    if len(tokenizer) > target_vocab:
-        raise SpecrlError(
-            f"the tokenizer of {target} has {len(tokenizer)} tokens but the model's vocab size "
-            f"is {target_vocab}; use the tokenizer that came with the model"
-        )
     return ModelPair(models[0], models[1], tokenizer, target, draft, vocab_padding=vocab_padding)
 
 
-def _one_tokenizer_padded(target: str, draft: str, target_vocab, draft_vocab) -> bool:
-    """Both tokenizers load, map every token to the same id, and fit both vocab sizes."""
+def _one_tokenizer_padded(target_tokens, draft: str, target_vocab, draft_vocab) -> bool:
+    """The draft's tokenizer loads, maps every token to the target's id, and the tokenizer
+    fits the draft's vocab size (``load_pair`` has checked the target's)."""
     if not all(isinstance(v, int) for v in (target_vocab, draft_vocab)):
         return False
     try:
-        target_tokens = load_tokenizer(target)
         draft_tokens = load_tokenizer(draft)
     except SpecrlError:
         return False
-    return target_tokens.get_vocab() == draft_tokens.get_vocab() and len(target_tokens) <= min(
-        target_vocab, draft_vocab
+    return (
+        target_tokens.get_vocab() == draft_tokens.get_vocab() and len(target_tokens) <= draft_vocab
     )
 
 
