@@ -28,13 +28,13 @@ from specrl.options import (
     N_REQUESTS_MAX,
     SEED,
     THREADS,
+    WANDB_MODES,
     int_in,
     model_preset,
     positive_int,
     workload_preset,
 )
 from specrl.train import TrainConfig
-from specrl.train.config import WANDB_MODES
 
 DEFAULT = TrainConfig()
 
