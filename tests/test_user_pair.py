@@ -379,17 +379,55 @@ def test_profile_refuses_contexts_beyond_the_targets_positions(
     out = tmp_path / "p.json"
     argv = ["profile", "--target", target, "--draft", draft, "--acceptance-rows", "1"]
     # A cell's rows generate 2 + 3 + 1 * (1 + 1 + 1 + 3 + 2 + 3) = 16 tokens at K=2, one
-    # round; with K + 2 that leaves 512 - 20 = 492 positions for the prompt.
+    # round, which leaves 512 - 16 = 496 positions for the prompt.
     grid = ["--batch-sizes", "1", "--reps", "1", "--k-max", "2", "--contexts"]
-    assert main([*argv, *grid, "8,493", "--out", str(out)]) == 2
+    assert main([*argv, *grid, "8,497", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "needs 513 positions (prompt + output + K + 2) but the target has 512" in err
-    assert "(max_position_embeddings): use shorter --contexts (at most 492 at --k-max 2" in err
+    assert "needs 513 positions (prompt + output) but the target has 512" in err
+    assert "(max_position_embeddings): use shorter --contexts (at most 496 at --k-max 2" in err
     assert timed == [] and not out.exists()
     # The default grid: 117 tokens at K=4, five rounds.
-    assert main([*argv, "--contexts", "390", "--out", str(out)]) == 2
+    assert main([*argv, "--contexts", "396", "--out", str(out)]) == 2
     assert "needs 513 positions" in capsys.readouterr().err
     assert timed == [] and not out.exists()
+
+
+def test_profile_runs_contexts_that_fill_the_targets_positions_exactly(
+    micro_pair_paths, tmp_path, monkeypatch
+):
+    """496 + 16 = 512: the cell's engine is sized to the target's 512 positions, not past
+    them, and no row's K is cut by that size (the engine stops K at the token budget)."""
+    import specrl.profile.measure as measure
+
+    made, stepped = [], []
+    real_engine = measure._engine
+
+    def engine(pair, **kw):
+        made.append(kw["max_len"])
+        e = real_engine(pair, **kw)
+        step = e.step
+
+        def spy(k):
+            stats = step(k)
+            stepped.append((kw["max_len"], k, stats.row_drafted))
+            return stats
+
+        e.step = spy
+        return e
+
+    monkeypatch.setattr(measure, "_engine", engine)
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    grid = ["--batch-sizes", "1", "--reps", "1", "--k-max", "2", "--contexts", "8,496"]
+    out = tmp_path / "p.json"
+    argv = ["profile", "--target", target, "--draft", draft, "--acceptance-rows", "1", *grid]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert len(load_profile(out).contexts) == 2
+    assert max(made) == 512 and 8 + 16 + 4 in made  # room where the pair has it
+    # Each replica's admission step, its catch-up at K=2, then one round of _round(2).
+    cell = [(k, drafted) for max_len, k, drafted in stepped if max_len == 512]
+    replicas = measure.REPLICAS
+    assert sorted(k for k, _ in cell) == sorted([0, 2, *measure._round(2)] * replicas)
+    assert all(drafted == [k] for k, drafted in cell)
 
 
 def test_profile_refuses_a_pair_too_short_for_the_corpus_before_timing(
@@ -409,7 +447,7 @@ def test_profile_refuses_a_pair_too_short_for_the_corpus_before_timing(
     argv = ["profile", "--target", str(target), "--draft", micro_pair_paths.draft_path, *grid]
     assert main([*argv, "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
-    assert "acceptance on the held-out corpus needs 324 positions (prompts up to 160" in err
+    assert "acceptance on the held-out corpus needs 320 positions (prompts up to 160" in err
     assert "but the target has 300 (max_position_embeddings): measure on your own prompts" in err
     assert timed == []
 
@@ -444,7 +482,7 @@ def test_profile_refuses_a_prompt_too_long_for_the_target_before_timing(
     assert main([*argv, "--batch-sizes", "1", "--out", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
     assert f"{prompts}, line 2: the prompt" in err
-    assert "with max_new_tokens 1000 and K=4 needs" in err
+    assert "with max_new_tokens 1000 needs" in err
     assert "the target has 512 (max_position_embeddings); shorten the prompt" in err
     assert timed == []
     # A line without max_new_tokens draws outputs of up to 160 tokens, as a trace would.
@@ -453,7 +491,7 @@ def test_profile_refuses_a_prompt_too_long_for_the_target_before_timing(
     assert main([*argv, "--batch-sizes", "1", "--out", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
     assert f"{prompts}, line 1: the prompt (" in err
-    assert "with no max_new_tokens (outputs up to 160 tokens are drawn) and K=4 needs" in err
+    assert "with no max_new_tokens (outputs up to 160 tokens are drawn) needs" in err
     assert "shorten the prompt or give a lower max_new_tokens" in err
     assert timed == []
 

@@ -77,8 +77,9 @@ def _vocab_size(model) -> int:
 
 
 class PositionLimit(NamedTuple):
-    """The most positions a pair can run (a request's prompt, output and K + 2 lookahead),
-    which model sets it, and the config setting that does."""
+    """The most positions a pair can run (a request's prompt and output: a verify block's
+    lookahead past ``max_len`` never reaches the model's positions), which model sets it,
+    and the config setting that does."""
 
     positions: int
     model: str
@@ -142,8 +143,8 @@ def _builds_alibi_from_mask(config) -> bool:
 def position_limit(target, draft=None) -> PositionLimit | None:
     """The fewest positions the pair can run, which model sets it and how: its
     ``max_position_embeddings``, or a sliding attention window shorter than that (see
-    :class:`PositionLimit`); None when neither config says. A request's prompt, output and
-    K + 2 lookahead must fit."""
+    :class:`PositionLimit`); None when neither config says. A request's prompt and output
+    must fit."""
     limits = []
     for name, model in (("target", target), ("draft", draft)):
         if model is None:

@@ -128,15 +128,8 @@ def _prompts(streams, lengths: Sequence[int], rng: np.random.Generator, domains)
 
 
 def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
-    from specrl.engine import SpecEngine, position_limit
+    from specrl.engine import SpecEngine
 
-    limit = position_limit(pair.target, pair.draft)
-    if limit is not None and max_len > limit.positions:
-        raise SpecrlError(
-            f"a profile run needs {max_len} positions (prompt + output + K + 2) but "
-            f"{limit.has}: use shorter --contexts, or shorter prompts or max_new_tokens in "
-            "--prompts"
-        )
     return SpecEngine(
         pair.target,
         pair.draft,
@@ -146,6 +139,25 @@ def _engine(pair, *, max_batch: int, max_len: int, k_max: int, device: str):
         device=device,
         vocab_padding=pair.vocab_padding,
     )
+
+
+def _max_len(pair, needed: int, room: int) -> int:
+    """The ``max_len`` of an engine whose requests need up to ``needed`` positions (prompt
+    and output): ``room`` more where the pair has them, else as many as it has. The profile's
+    engines have always been sized with that room, so a pair of many positions measures as
+    before; without it nothing changes but the cache's width, since the engine stops a
+    request's K at its token budget before its ``max_len``."""
+    from specrl.engine import position_limit
+
+    limit = position_limit(pair.target, pair.draft)
+    if limit is None:
+        return needed + room
+    if needed > limit.positions:
+        raise SpecrlError(
+            f"a profile run needs {needed} positions (prompt + output) but {limit.has}: "
+            "use shorter --contexts, or shorter prompts or max_new_tokens in --prompts"
+        )
+    return min(needed + room, limit.positions)
 
 
 def _cell_new_tokens(k_max: int, reps: int) -> int:
@@ -174,27 +186,27 @@ def _check_positions(
     if limit is None:
         return
     positions, has = limit.positions, limit.has
-    cell_extra = _cell_new_tokens(k_max, reps) + k_max + 2
+    cell_extra = _cell_new_tokens(k_max, reps)
     if max(contexts) + cell_extra > positions:
         raise SpecrlError(
-            f"a profile run needs {max(contexts) + cell_extra} positions (prompt + output + "
-            f"K + 2) but {has}: use shorter --contexts (at most {positions - cell_extra} "
+            f"a profile run needs {max(contexts) + cell_extra} positions (prompt + output) "
+            f"but {has}: use shorter --contexts (at most {positions - cell_extra} "
             f"at --k-max {k_max} --reps {reps}), or a lower --k-max or --reps"
         )
     longest_output = acceptance_tokens or DEFAULT_OUTPUT_LENGTHS.hi
     if prompts is None:
-        needed = DEFAULT_PROMPT_LENGTHS.hi + longest_output + k_max + 2
+        needed = DEFAULT_PROMPT_LENGTHS.hi + longest_output
         if needed > positions:
             raise SpecrlError(
                 f"measuring acceptance on the held-out corpus needs {needed} positions "
                 f"(prompts up to {DEFAULT_PROMPT_LENGTHS.hi} tokens, outputs up to "
-                f"{longest_output}, K + 2) but {has}: measure on your own prompts "
+                f"{longest_output}) but {has}: measure on your own prompts "
                 "(--prompts, with max_new_tokens on each line)"
             )
         return
     for p, ids in zip(prompts.prompts, tokens.ids):
         n_out = p.max_new_tokens or longest_output
-        needed = len(ids) + n_out + k_max + 2
+        needed = len(ids) + n_out
         if needed > positions:
             given = (
                 f"max_new_tokens {n_out}"
@@ -203,7 +215,7 @@ def _check_positions(
             )
             raise SpecrlError(
                 f"{prompts.path}, line {p.line}: the prompt ({len(ids)} tokens) with "
-                f"{given} and K={k_max} needs {needed} positions, and {has}; shorten the "
+                f"{given} needs {needed} positions, and {has}; shorten the "
                 "prompt or give a lower max_new_tokens"
             )
 
@@ -235,7 +247,7 @@ class _Cell:
         self.engine = _engine(
             pair,
             max_batch=batch,
-            max_len=context + self.new_tokens + k_max + 2,
+            max_len=_max_len(pair, context + self.new_tokens, k_max + 2),
             k_max=k_max,
             device=device,
         )
@@ -357,7 +369,7 @@ def _decode(pair, jobs, *, k_max, device, edges, max_batch) -> tuple[dict, np.nd
     engine = _engine(
         pair,
         max_batch=min(len(jobs), max_batch),
-        max_len=max(len(j[0]) + j[1] for j in jobs) + k_max + 2,
+        max_len=_max_len(pair, max(len(j[0]) + j[1] for j in jobs), k_max + 2),
         k_max=k_max,
         device=device,
     )
@@ -646,8 +658,9 @@ def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
     length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
     limit = position_limit(pair.target, pair.draft)
     if limit is not None:
-        length = max(1, min(length, limit.positions - k_max - 8))
-    engine = _engine(pair, max_batch=1, max_len=length + k_max + 8, k_max=k_max, device=device)
+        length = max(1, min(length, limit.positions - k_max - 4))
+    max_len = _max_len(pair, length + k_max + 4, 4)
+    engine = _engine(pair, max_batch=1, max_len=max_len, k_max=k_max, device=device)
     domains = list(streams)
     prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
     engine.add(prompt, max_new_tokens=k_max + 4)
