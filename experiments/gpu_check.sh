@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The engine on a CUDA machine, prepared in advance so a lent GPU is used without setup:
-# the engine, runner and sampler tests on the GPU, the engine benchmark, then a hardware
-# profile of the default pair (`specrl profile --device cuda`) and its table: at most about
-# ten minutes (the three steps time out after 150, 120 and 300 s). Figures land in $OUT
-# (default: gpu_check_out/ in the repository root; the script works from there, so a
+# the engine benchmark, a hardware profile of the default pair (`specrl profile --device
+# cuda`) and its table, then the engine, runner and sampler tests on the GPU: at most about
+# ten minutes (the three steps time out after 120, 300 and 150 s; one that fails or times
+# out does not stop the next, and the script exits 1 at the end naming it). Figures land in
+# $OUT (default: gpu_check_out/ in the repository root; the script works from there, so a
 # relative OUT is under it too).
 # Offline: it installs nothing that imports already. specrl itself is installed (editable,
 # no dependencies, no index, no build isolation) only when it does not import from this
@@ -59,8 +60,24 @@ else:
 print(name, "torch", torch.__version__, "transformers", transformers.__version__)
 PY
 "${SPECRL[@]}" models build --preset small
-SPECRL_TEST_DEVICE="$DEVICE" timeout 150 python -m pytest -q -p no:cacheprovider \
-    tests/test_engine.py tests/test_runner.py tests/test_sampling.py 2>&1 | tee "$OUT/tests.txt"
+
+# Each step's output goes to its file as it runs (what a lent machine cut short still comes
+# back), and a failed step does not stop the next: a lent GPU is used once. The figures come
+# first, the tests last; the script fails at the end if any step did.
+failed=()
+step() {  # step NAME SECONDS FILE COMMAND...
+    local name=$1 limit=$2 file=$3 rc=0
+    shift 3
+    timeout "$limit" "$@" 2>&1 | tee "$file" || rc=$?
+    if [ "$rc" -eq 124 ]; then
+        echo "gpu_check: $name timed out after ${limit} s" | tee -a "$file" >&2
+    elif [ "$rc" -ne 0 ]; then
+        echo "gpu_check: $name failed (exit $rc)" | tee -a "$file" >&2
+    fi
+    if [ "$rc" -ne 0 ]; then
+        failed+=("$name")
+    fi
+}
 BENCH=(--repeats 2)
 # Past the workloads' 128 rows: a small pair on a large GPU may stay memory-bound there, and
 # the profile's table should show where (or whether) speculation stops paying.
@@ -69,8 +86,17 @@ if [ "$DEVICE" = cpu ]; then
     BENCH=(--repeats 1 --batch-sizes 1,4 --new-tokens 16)
     PROFILE=(--preset micro --batch-sizes 1,2 --contexts 16 --reps 1 --acceptance-rows 8)
 fi
-timeout 120 "${SPECRL[@]}" bench engine --device "$DEVICE" "${BENCH[@]}" \
-    --json "$OUT/bench_engine_$DEVICE.json" 2>&1 | tee "$OUT/bench_engine_$DEVICE.txt"
-timeout 300 "${SPECRL[@]}" profile --device "$DEVICE" "${PROFILE[@]}" \
-    --out "$OUT/profile-$DEVICE.json" 2>&1 | tee "$OUT/profile-$DEVICE.txt"
-"${SPECRL[@]}" profile --show "$OUT/profile-$DEVICE.json" | tee "$OUT/profile-$DEVICE-show.txt"
+step bench 120 "$OUT/bench_engine_$DEVICE.txt" "${SPECRL[@]}" bench engine --device "$DEVICE" \
+    "${BENCH[@]}" --json "$OUT/bench_engine_$DEVICE.json"
+step profile 300 "$OUT/profile-$DEVICE.txt" "${SPECRL[@]}" profile --device "$DEVICE" \
+    "${PROFILE[@]}" --out "$OUT/profile-$DEVICE.json"
+if [ -f "$OUT/profile-$DEVICE.json" ]; then
+    step show 60 "$OUT/profile-$DEVICE-show.txt" \
+        "${SPECRL[@]}" profile --show "$OUT/profile-$DEVICE.json"
+fi
+step tests 150 "$OUT/tests.txt" env SPECRL_TEST_DEVICE="$DEVICE" python -m pytest -q \
+    -p no:cacheprovider tests/test_engine.py tests/test_runner.py tests/test_sampling.py
+if [ "${#failed[@]}" -ne 0 ]; then
+    echo "gpu_check: failed: ${failed[*]}" >&2
+    exit 1
+fi

@@ -15,9 +15,8 @@ from specrl.profile.schema import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow  # about 2 minutes on 2 cores; run with `pytest -m slow`
 
-
+@pytest.mark.slow  # about 2 minutes on 2 cores; run with `pytest -m slow`
 def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     out = tmp_path / "out"
     env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "OUT": str(out)}
@@ -41,3 +40,44 @@ def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     assert profile.batch_sizes == [1, 2] and profile.fingerprint["device"].startswith("cpu")
     shown = (out / "profile-cpu-show.txt").read_text()
     assert "| batch | off | K=1 |" in shown and "acceptance by position" in shown
+
+
+def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
+    """A lent GPU is used once: a benchmark that fails and a profile that times out leave the
+    next steps to run, and the script exits 1 naming both. A ``timeout`` shim stands in for
+    the three steps (the models are not run)."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "timeout").write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$*" in\n'
+        '  *" bench engine "*) echo "bench ran"; exit 3 ;;\n'
+        '  *" profile --device "*) echo "profile ran"; exit 124 ;;\n'
+        '  *pytest*) echo "tests ran: $*"; exit 0 ;;\n'
+        "esac\n"
+        "exit 99\n"
+    )
+    (shims / "timeout").chmod(0o755)
+    out = tmp_path / "out"
+    env = os.environ | {
+        "GPU_CHECK_DEVICE": "cpu",
+        "OUT": str(out),
+        "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "experiments" / "gpu_check.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.rstrip().endswith("gpu_check: failed: bench profile")
+    bench = (out / "bench_engine_cpu.txt").read_text()
+    assert bench == "bench ran\ngpu_check: bench failed (exit 3)\n"
+    profile = (out / "profile-cpu.txt").read_text()
+    assert profile == "profile ran\ngpu_check: profile timed out after 300 s\n"
+    assert not (out / "profile-cpu-show.txt").exists()  # no profile to show
+    tests = (out / "tests.txt").read_text()
+    assert tests.startswith("tests ran: 150 env SPECRL_TEST_DEVICE=cpu python -m pytest ")
+    assert tests.endswith(" tests/test_engine.py tests/test_runner.py tests/test_sampling.py\n")
