@@ -180,6 +180,41 @@ def test_a_non_llama_model_runs_through_its_own_forward_and_matches_generate():
     assert sum(s.accepted for s in stats) == sum(s.drafted for s in stats) > 0
 
 
+def test_a_forward_that_takes_its_cache_as_past_key_values_gets_it_there():
+    """transformers 5 renamed the forward's cache argument from ``past_key_values`` to
+    ``cache`` (5.17, the GPU image's version, still has the old name). A cache passed under
+    the name a forward lacks lands in its ``**kwargs``, ignored; the engine passes it under
+    the name the forward takes, whichever transformers is installed."""
+    from transformers import GPT2LMHeadModel
+
+    from specrl.engine.runner import cache_keyword
+
+    reference = _gpt2(3, n_embd=32, n_layer=2, n_head=2)
+    own = cache_keyword(reference)
+
+    class OldKeyword(GPT2LMHeadModel):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs):
+            assert not {"cache", "past_key_values"} & kwargs.keys()
+            return super().forward(input_ids=input_ids, **{own: past_key_values}, **kwargs)
+
+    old = OldKeyword(reference.config).to(device=DEVICE, dtype=torch.float64).eval()
+    old.load_state_dict(reference.state_dict())
+    assert cache_keyword(old) == "past_key_values"
+    engine = SpecEngine(old, old, max_batch=3, max_len=64, k_max=3)
+    prompts = random_prompts(3, seed=8)
+    ids = [engine.add(p, max_new_tokens=20) for p in prompts]
+    finished, _ = run_to_completion(engine, lambda s: s % 4)
+    for rid, p in zip(ids, prompts):
+        assert finished[rid].token_ids == hf_greedy(reference, p, 20)
+
+    class NoCache(GPT2LMHeadModel):
+        def forward(self, input_ids=None, **kwargs):
+            return super().forward(input_ids=input_ids, **kwargs)
+
+    with pytest.raises(InvalidRequestError, match=r"NoCache.forward takes no KV cache"):
+        SpecEngine(NoCache(reference.config), max_batch=1, max_len=16, k_max=1)
+
+
 def test_a_position_table_model_runs_to_its_last_position():
     """GPT-2 looks positions up in a table of n_positions rows. An engine whose max_len is
     the whole table drafts and verifies past the end near a row's end (columns k_eff never
@@ -258,8 +293,11 @@ def _tiny(kind: str, seed: int):
     }
     config_cls, kwargs = configs[kind]
     config = config_cls(**common, **kwargs)
-    config._attn_implementation = "eager" if kind in ("mpt", "gemma2") else "sdpa"
-    model_cls = tf.AutoModelForCausalLM.from_config(config).__class__
+    model_cls = tf.MODEL_FOR_CAUSAL_LM_MAPPING[config_cls]
+    # sdpa where the class has it (GPT-J gained it after transformers 5.17); Gemma 2's
+    # soft-capping is eager-only
+    sdpa = model_cls._supports_sdpa and kind != "gemma2"
+    config._attn_implementation = "sdpa" if sdpa else "eager"
     torch.manual_seed(seed)
     model = model_cls(config).to(device=DEVICE, dtype=torch.float64).eval()
     with torch.no_grad():

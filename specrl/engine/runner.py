@@ -35,6 +35,23 @@ def check_runner(runner: str) -> None:
         raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {runner!r}")
 
 
+def cache_keyword(model) -> str:
+    """The keyword ``model``'s forward takes its KV cache by: ``cache`` in recent transformers
+    5 releases, ``past_key_values`` before them (5.17 still had it). One the forward does
+    not name would land in its ``**kwargs`` and be ignored, each step then seeing only its
+    own tokens, so neither name is an error."""
+    import inspect
+
+    params = inspect.signature(type(model).forward).parameters
+    for keyword in ("cache", "past_key_values"):
+        if keyword in params:
+            return keyword
+    raise InvalidRequestError(
+        f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
+        "`past_key_values`); SpecEngine needs a causal LM that does"
+    )
+
+
 class HFRunner:
     """Calls the model's own forward with the engine's cache and 4D mask."""
 
@@ -43,15 +60,16 @@ class HFRunner:
     def __init__(self, model):
         self.model = model
         self.dtype = next(model.parameters()).dtype
+        self._cache_keyword = cache_keyword(model)
 
     def __call__(self, input_ids, positions, mask, cache, logits_to_keep: int = 0):
         return self.model(
             input_ids=input_ids,
             position_ids=positions,
             attention_mask=mask,
-            cache=cache,
             use_cache=True,
             logits_to_keep=logits_to_keep,
+            **{self._cache_keyword: cache},
         ).logits
 
 

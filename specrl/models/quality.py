@@ -93,22 +93,35 @@ def distinct_4gram_ratio(
 def forward_ms(model, batch: int, new_tokens: int, *, calls: int = 40, warmup: int = 5) -> float:
     from transformers import StaticCache
 
+    from specrl.engine.runner import cache_keyword
+
     cache = StaticCache(config=model.config, max_cache_len=PREFILL + new_tokens)
+    keyword = cache_keyword(model)
     vocab = model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
     prefill = torch.randint(0, vocab, (batch, PREFILL), generator=generator)
     step = torch.randint(0, vocab, (batch, new_tokens), generator=generator)
     position_ids = torch.arange(PREFILL, PREFILL + new_tokens).expand(batch, -1)
-    model(input_ids=prefill, cache=cache, use_cache=True)
+    model(input_ids=prefill, use_cache=True, **{keyword: cache})
     times = []
     for i in range(warmup + calls):
         start = time.perf_counter()
-        model(input_ids=step, position_ids=position_ids, cache=cache, use_cache=True)
+        model(input_ids=step, position_ids=position_ids, use_cache=True, **{keyword: cache})
         if i >= warmup:
             times.append(time.perf_counter() - start)
         # Roll back, as after a fully rejected verify step, so every call does the same work.
-        cache.crop(-new_tokens)
+        _roll_back(cache, new_tokens)
     return 1000 * statistics.median(times)
+
+
+def _roll_back(cache, tokens: int) -> None:
+    """``cache.crop(-tokens)``; transformers 5.17's static layers have no ``crop``, only the
+    length counter that theirs moves back."""
+    if all(hasattr(layer, "crop") for layer in cache.layers):
+        cache.crop(-tokens)
+        return
+    for layer in cache.layers:
+        layer.cumulative_length.sub_(tokens)
 
 
 def parameter_count(model) -> int:
