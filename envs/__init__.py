@@ -5,12 +5,24 @@
   profile; the fast place to train.
 
 Both are registered on ``import specrl``. Creating a live env loads models; importing does not.
+The names below load their modules (and gymnasium) when first used, so ``specrl.envs.cli``,
+and with it the ``specrl`` command line, runs ``specrl profile`` and ``specrl bench engine``
+where gymnasium is not installed (a GPU machine that has only torch and transformers).
 """
 
-from specrl.envs.base import OBS_NAMES
-from specrl.envs.live import LiveSpecEnv
-from specrl.envs.rollout import EpisodeResult, run_episode
-from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {
+    "OBS_NAMES": "specrl.envs.base",
+    "LiveSpecEnv": "specrl.envs.live",
+    "EpisodeResult": "specrl.envs.rollout",
+    "run_episode": "specrl.envs.rollout",
+    "SurrogateSpecEnv": "specrl.envs.surrogate",
+    "default_profile_path": "specrl.envs.surrogate",
+}
 
 __all__ = [
     "OBS_NAMES",
@@ -20,3 +32,21 @@ __all__ = [
     "default_profile_path",
     "run_episode",
 ]
+
+if TYPE_CHECKING:
+    from specrl.envs.base import OBS_NAMES
+    from specrl.envs.live import LiveSpecEnv
+    from specrl.envs.rollout import EpisodeResult, run_episode
+    from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

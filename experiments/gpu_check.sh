@@ -21,16 +21,19 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
 ROOT="$PWD"
-# Does specrl import, with specrl.envs and specrl.policies, from this checkout's files?
+# Does specrl, with specrl.envs and specrl.policies, come from this checkout's files? (Found,
+# not imported: the steps below need neither gymnasium nor stable-baselines3 nor wandb, which
+# a GPU image may lack.)
 from_here() {
     ROOT="$ROOT" python - <<'PY' 2>/dev/null
-import os, specrl, specrl.cli, specrl.envs, specrl.policies
-for module, folder in ((specrl, "specrl"), (specrl.envs, "envs"), (specrl.policies, "policies")):
-    assert os.path.samefile(module.__file__, os.path.join(os.environ["ROOT"], folder, "__init__.py"))
+import importlib.util, os, specrl.cli
+for name, folder in (("specrl", "specrl"), ("specrl.envs", "envs"), ("specrl.policies", "policies")):
+    origin = importlib.util.find_spec(name).origin
+    assert os.path.samefile(origin, os.path.join(os.environ["ROOT"], folder, "__init__.py"))
 PY
 }
 if ! from_here; then
-    if python -c "import torch, transformers, tokenizers, safetensors, gymnasium, numpy, tqdm, pytest" 2>/dev/null; then
+    if python -c "import torch, transformers, tokenizers, safetensors, numpy, tqdm, pytest" 2>/dev/null; then
         pip install -q --no-deps --no-index --no-build-isolation -e . || true
     else
         echo "dependencies missing: installing them needs the network" >&2

@@ -49,7 +49,7 @@ class _RegisterOnImport:
 
 import sys  # noqa: E402
 
-if "gymnasium" in sys.modules:
+if sys.modules.get("gymnasium") is not None:  # None: imports of it are blocked
     _register_envs()
 elif not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
     sys.meta_path.insert(0, _RegisterOnImport())

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,34 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     tests = (out / "tests.txt").read_text()
     assert tests.startswith("tests ran: 150 env SPECRL_TEST_DEVICE=cpu python -m pytest ")
     assert tests.endswith(" tests/test_engine.py tests/test_runner.py tests/test_sampling.py\n")
+
+
+def test_the_gpu_steps_need_neither_gymnasium_nor_stable_baselines3_nor_wandb(
+    micro_pair_paths, tmp_path
+):
+    """The GPU image has torch and transformers but none of these three: the command line
+    still builds, and a profile and an engine benchmark run, on the micro pair here."""
+    target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
+    profile = tmp_path / "p.json"
+    bench = tmp_path / "b.json"
+    code = f"""
+import sys
+for name in ("gymnasium", "stable_baselines3", "wandb"):
+    sys.modules[name] = None  # import raises ImportError
+from specrl.cli import main
+grid = ["--batch-sizes", "1", "--contexts", "8", "--reps", "1", "--k-max", "2"]
+pair = ["--target", {target!r}, "--draft", {draft!r}]
+assert main(["profile", *pair, *grid, "--acceptance-rows", "1", "--out", {str(profile)!r}]) == 0
+args = ["--batch-sizes", "1", "--prompt-len", "8", "--new-tokens", "4", "--repeats", "1"]
+assert main(["bench", "engine", *pair, *args, "--json", {str(bench)!r}]) == 0
+import specrl.envs
+try:
+    specrl.envs.SurrogateSpecEnv
+except ImportError as err:
+    print("envs need:", err.name)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.endswith("envs need: gymnasium\n")
+    assert load_profile(profile).batch_sizes == [1]
+    assert json.loads(bench.read_text())["batch_sizes"] == [1]
