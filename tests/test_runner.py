@@ -207,9 +207,24 @@ def test_a_forward_that_takes_its_cache_as_past_key_values_gets_it_there():
     for rid, p in zip(ids, prompts):
         assert finished[rid].token_ids == hf_greedy(reference, p, 20)
 
+    # Wrappers that pass **kwargs on: read through to the model, else the installed name.
+    assert cache_keyword(torch.compile(old, backend="eager")) == "past_key_values"
+
+    class Wrapper(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            raise AssertionError("not called")
+
+    assert cache_keyword(Wrapper()) == own
+
+    class Adapted(Wrapper):  # PEFT's PeftModelForCausalLM: forward(..., **kwargs)
+        def get_base_model(self):
+            return old
+
+    assert cache_keyword(Adapted()) == "past_key_values"
+
     class NoCache(GPT2LMHeadModel):
-        def forward(self, input_ids=None, **kwargs):
-            return super().forward(input_ids=input_ids, **kwargs)
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None):
+            return super().forward(input_ids, attention_mask=attention_mask)
 
     with pytest.raises(InvalidRequestError, match=r"NoCache.forward takes no KV cache"):
         SpecEngine(NoCache(reference.config), max_batch=1, max_len=16, k_max=1)

@@ -39,17 +39,37 @@ def cache_keyword(model) -> str:
     """The keyword ``model``'s forward takes its KV cache by: ``cache`` in recent transformers
     5 releases, ``past_key_values`` before them (5.17 still had it). One the forward does
     not name would land in its ``**kwargs`` and be ignored, each step then seeing only its
-    own tokens, so neither name is an error."""
+    own tokens. A wrapper (``torch.compile``'s module, a PEFT model) is read through to the
+    model it wraps; a forward with neither name that takes ``**kwargs`` gets the installed
+    transformers' name, and one without ``**kwargs`` is refused."""
     import inspect
 
+    inner = getattr(model, "_orig_mod", None)  # torch.compile
+    get_base = getattr(model, "get_base_model", None)  # PEFT
+    if inner is None and callable(get_base):
+        inner = get_base()
+    if isinstance(inner, torch.nn.Module) and inner is not model:
+        return cache_keyword(inner)
     params = inspect.signature(type(model).forward).parameters
     for keyword in ("cache", "past_key_values"):
         if keyword in params:
             return keyword
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return _installed_cache_keyword()
     raise InvalidRequestError(
         f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
-        "`past_key_values`); SpecEngine needs a causal LM that does"
+        "`past_key_values`, nor **kwargs to pass one on); SpecEngine needs a causal LM that does"
     )
+
+
+def _installed_cache_keyword() -> str:
+    """The cache keyword of the installed transformers' stock models (read off Llama's)."""
+    import inspect
+
+    from transformers import LlamaForCausalLM
+
+    params = inspect.signature(LlamaForCausalLM.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class HFRunner:

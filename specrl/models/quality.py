@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from specrl.errors import SpecrlError
 from specrl.models import corpus
 
 PREFILL = 64
@@ -121,6 +122,11 @@ def _roll_back(cache, tokens: int) -> None:
         cache.crop(-tokens)
         return
     for layer in cache.layers:
+        if not hasattr(layer, "cumulative_length"):
+            raise SpecrlError(
+                f"cannot roll back this transformers' {type(layer).__name__} (no crop, no "
+                "cumulative_length) to time a forward; use transformers 5.17 or later"
+            )
         layer.cumulative_length.sub_(tokens)
 
 
