@@ -2,7 +2,7 @@
 # The engine on a CUDA machine, prepared in advance so a lent GPU is used without setup:
 # the engine benchmark, a hardware profile of the default pair (`specrl profile --device
 # cuda`) and its table, then the engine, runner and sampler tests on the GPU: at most about
-# ten minutes (the three steps time out after 120, 300 and 150 s; one that fails or times
+# ten minutes (the four steps time out after 120, 300, 30 and 120 s; one that fails or times
 # out does not stop the next, and the script exits 1 at the end naming it). Figures land in
 # $OUT (default: gpu_check_out/ in the repository root; the script works from there, so a
 # relative OUT is under it too).
@@ -14,6 +14,7 @@
 # GPU_CHECK_DEVICE=cpu is a dry run of every step on a CPU machine (a smaller benchmark and
 # a tiny profile of the micro pair), to check the script itself where no GPU is lent.
 set -euo pipefail
+export PYTHONUNBUFFERED=1  # each file holds what its step printed, even if it is cut short
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_check_out}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
@@ -23,24 +24,25 @@ OUT="$(cd "$OUT" && pwd)"
 ROOT="$PWD"
 # Does specrl, with specrl.envs and specrl.policies, come from this checkout's files? (Found,
 # not imported: the steps below need neither gymnasium nor stable-baselines3 nor wandb, which
-# a GPU image may lack.)
+# a GPU image may lack.) Quiet while there are other ways to try; not on the last.
 from_here() {
-    ROOT="$ROOT" python - <<'PY' 2>/dev/null
+    ROOT="$ROOT" python - <<'PY'
 import importlib.util, os, specrl.cli
 for name, folder in (("specrl", "specrl"), ("specrl.envs", "envs"), ("specrl.policies", "policies")):
     origin = importlib.util.find_spec(name).origin
     assert os.path.samefile(origin, os.path.join(os.environ["ROOT"], folder, "__init__.py"))
 PY
 }
-if ! from_here; then
-    if python -c "import torch, transformers, tokenizers, safetensors, numpy, tqdm, pytest" 2>/dev/null; then
+if ! from_here 2>/dev/null; then
+    # What the benchmark and the profile need; the tests step needs pytest as well.
+    if python -c "import torch, transformers, tokenizers, safetensors, numpy, tqdm" 2>/dev/null; then
         pip install -q --no-deps --no-index --no-build-isolation -e . || true
     else
-        echo "dependencies missing: installing them needs the network" >&2
-        pip install -q -e ".[test]"
+        echo "gpu_check: dependencies missing; installing them needs the network" >&2
+        pip install -q -e ".[test]" || echo "gpu_check: the install failed" >&2
     fi
 fi
-if ! from_here; then
+if ! from_here 2>/dev/null; then
     mirror="$(mktemp -d)"
     mkdir "$mirror/specrl"
     ln -s "$ROOT"/specrl/* "$mirror/specrl/"
@@ -48,7 +50,7 @@ if ! from_here; then
     ln -s "$ROOT/policies" "$mirror/specrl/policies"
     ln -s "$ROOT/tests" "$ROOT/pyproject.toml" "$mirror/"
     cd "$mirror"
-    from_here
+    from_here || { echo "gpu_check: specrl does not import from $ROOT (above: why)" >&2; exit 1; }
     echo "running specrl from $mirror (links into $ROOT)"
 fi
 SPECRL=(python -m specrl.cli)  # works installed or from the mirror alike
@@ -62,17 +64,17 @@ else:
     name = "cpu (dry run)"
 print(name, "torch", torch.__version__, "transformers", transformers.__version__)
 PY
-"${SPECRL[@]}" models build --preset small
 
 # Each step's output goes to its file as it runs (what a lent machine cut short still comes
 # back), and a failed step does not stop the next: a lent GPU is used once. The figures come
 # first, the tests last; the script fails at the end if any step did.
 failed=()
+"${SPECRL[@]}" models build --preset small || failed+=(build)
 step() {  # step NAME SECONDS FILE COMMAND...
     local name=$1 limit=$2 file=$3 rc=0
     shift 3
-    timeout "$limit" "$@" 2>&1 | tee "$file" || rc=$?
-    if [ "$rc" -eq 124 ]; then
+    timeout -k 15 "$limit" "$@" 2>&1 | tee "$file" || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "gpu_check: $name timed out after ${limit} s" | tee -a "$file" >&2
     elif [ "$rc" -ne 0 ]; then
         echo "gpu_check: $name failed (exit $rc)" | tee -a "$file" >&2
@@ -81,6 +83,9 @@ step() {  # step NAME SECONDS FILE COMMAND...
         failed+=("$name")
     fi
 }
+# A file left by an earlier run must not pass for this one's.
+rm -f "$OUT/bench_engine_$DEVICE".{json,txt} "$OUT/profile-$DEVICE".{json,txt} \
+    "$OUT/profile-$DEVICE-show.txt" "$OUT/tests.txt"
 BENCH=(--repeats 2)
 # Past the workloads' 128 rows: a small pair on a large GPU may stay memory-bound there, and
 # the profile's table should show where (or whether) speculation stops paying.
@@ -94,10 +99,10 @@ step bench 120 "$OUT/bench_engine_$DEVICE.txt" "${SPECRL[@]}" bench engine --dev
 step profile 300 "$OUT/profile-$DEVICE.txt" "${SPECRL[@]}" profile --device "$DEVICE" \
     "${PROFILE[@]}" --out "$OUT/profile-$DEVICE.json"
 if [ -f "$OUT/profile-$DEVICE.json" ]; then
-    step show 60 "$OUT/profile-$DEVICE-show.txt" \
+    step show 30 "$OUT/profile-$DEVICE-show.txt" \
         "${SPECRL[@]}" profile --show "$OUT/profile-$DEVICE.json"
 fi
-step tests 150 "$OUT/tests.txt" env SPECRL_TEST_DEVICE="$DEVICE" python -m pytest -q \
+step tests 120 "$OUT/tests.txt" env SPECRL_TEST_DEVICE="$DEVICE" python -m pytest -q \
     -p no:cacheprovider tests/test_engine.py tests/test_runner.py tests/test_sampling.py
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "gpu_check: failed: ${failed[*]}" >&2
