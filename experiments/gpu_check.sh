@@ -18,6 +18,8 @@ export PYTHONUNBUFFERED=1  # each file holds what its step printed, even if it i
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_check_out}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
+# The Python that holds torch: on the GPU image that is `python3` (there may be no `python`).
+PYTHON="${PYTHON:-$(command -v python3 || command -v python)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
@@ -26,7 +28,7 @@ ROOT="$PWD"
 # not imported: the steps below need neither gymnasium nor stable-baselines3 nor wandb, which
 # a GPU image may lack.) Quiet while there are other ways to try; not on the last.
 from_here() {
-    ROOT="$ROOT" python - <<'PY'
+    ROOT="$ROOT" "$PYTHON" - <<'PY'
 import importlib.util, os, specrl.cli
 for name, folder in (("specrl", "specrl"), ("specrl.envs", "envs"), ("specrl.policies", "policies")):
     origin = importlib.util.find_spec(name).origin
@@ -35,11 +37,11 @@ PY
 }
 if ! from_here 2>/dev/null; then
     # What the benchmark and the profile need; the tests step needs pytest as well.
-    if python -c "import torch, transformers, tokenizers, safetensors, numpy, tqdm" 2>/dev/null; then
-        pip install -q --no-deps --no-index --no-build-isolation -e . || true
+    if "$PYTHON" -c "import torch, transformers, tokenizers, safetensors, numpy, tqdm" 2>/dev/null; then
+        "$PYTHON" -m pip install -q --no-deps --no-index --no-build-isolation -e . || true
     else
         echo "gpu_check: dependencies missing; installing them needs the network" >&2
-        pip install -q -e ".[test]" || echo "gpu_check: the install failed" >&2
+        "$PYTHON" -m pip install -q -e ".[test]" || echo "gpu_check: the install failed" >&2
     fi
 fi
 if ! from_here 2>/dev/null; then
@@ -53,9 +55,9 @@ if ! from_here 2>/dev/null; then
     from_here || { echo "gpu_check: specrl does not import from $ROOT (above: why)" >&2; exit 1; }
     echo "running specrl from $mirror (links into $ROOT)"
 fi
-SPECRL=(python -m specrl.cli)  # works installed or from the mirror alike
+SPECRL=("$PYTHON" -m specrl.cli)  # works installed or from the mirror alike
 
-GPU_CHECK_DEVICE="$DEVICE" python - <<'PY' | tee "$OUT/device.txt"
+GPU_CHECK_DEVICE="$DEVICE" "$PYTHON" - <<'PY' | tee "$OUT/device.txt"
 import os, torch, transformers
 if os.environ["GPU_CHECK_DEVICE"] == "cuda":
     assert torch.cuda.is_available(), "no CUDA device visible to torch"
@@ -102,7 +104,7 @@ if [ -f "$OUT/profile-$DEVICE.json" ]; then
     step show 30 "$OUT/profile-$DEVICE-show.txt" \
         "${SPECRL[@]}" profile --show "$OUT/profile-$DEVICE.json"
 fi
-step tests 120 "$OUT/tests.txt" env SPECRL_TEST_DEVICE="$DEVICE" python -m pytest -q \
+step tests 120 "$OUT/tests.txt" env SPECRL_TEST_DEVICE="$DEVICE" "$PYTHON" -m pytest -q \
     -p no:cacheprovider tests/test_engine.py tests/test_runner.py tests/test_sampling.py
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "gpu_check: failed: ${failed[*]}" >&2

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.slow  # about 2 minutes on 2 cores; run with `pytest -m slow`
 def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     out = tmp_path / "out"
-    env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "OUT": str(out)}
+    env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "OUT": str(out), "PYTHON": sys.executable}
     done = subprocess.run(
         ["bash", str(REPO / "experiments" / "gpu_check.sh")],
         env=env,
@@ -65,6 +65,7 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     env = os.environ | {
         "GPU_CHECK_DEVICE": "cpu",
         "OUT": str(out),
+        "PYTHON": sys.executable,
         "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}",
     }
     done = subprocess.run(
@@ -82,7 +83,8 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     assert profile == "profile ran\ngpu_check: profile timed out after 300 s\n"
     assert not (out / "profile-cpu-show.txt").exists()  # no profile to show
     tests = (out / "tests.txt").read_text()
-    assert tests.startswith("tests ran: -k 15 120 env SPECRL_TEST_DEVICE=cpu python -m pytest ")
+    head = f"tests ran: -k 15 120 env SPECRL_TEST_DEVICE=cpu {sys.executable} -m pytest "
+    assert tests.startswith(head)
     assert tests.endswith(" tests/test_engine.py tests/test_runner.py tests/test_sampling.py\n")
 
 
