@@ -76,13 +76,13 @@ step() {  # step NAME SECONDS FILE COMMAND...
     local name=$1 limit=$2 file=$3 rc=0
     shift 3
     timeout -k 15 "$limit" "$@" 2>&1 | tee "$file" || rc=$?
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        echo "gpu_check: $name timed out after ${limit} s" | tee -a "$file" >&2
-    elif [ "$rc" -ne 0 ]; then
-        echo "gpu_check: $name failed (exit $rc)" | tee -a "$file" >&2
-    fi
     if [ "$rc" -ne 0 ]; then
         failed+=("$name")
+        local why="failed (exit $rc)"
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            why="timed out after ${limit} s"
+        fi
+        echo "gpu_check: $name $why" | tee -a "$file" >&2
     fi
 }
 # A file left by an earlier run must not pass for this one's.

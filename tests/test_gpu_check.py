@@ -17,17 +17,17 @@ from specrl.profile.schema import load_profile
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _run_script(env: dict, timeout: int) -> subprocess.CompletedProcess:
+    """``experiments/gpu_check.sh`` under ``env``, its output captured."""
+    argv = ["bash", str(REPO / "experiments" / "gpu_check.sh")]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.slow  # about 2 minutes on 2 cores; run with `pytest -m slow`
 def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     out = tmp_path / "out"
     env = os.environ | {"GPU_CHECK_DEVICE": "cpu", "OUT": str(out), "PYTHON": sys.executable}
-    done = subprocess.run(
-        ["bash", str(REPO / "experiments" / "gpu_check.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = _run_script(env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "device.txt").read_text().startswith("cpu (dry run) torch ")
     tests = (out / "tests.txt").read_text()
@@ -68,13 +68,7 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
         "PYTHON": sys.executable,
         "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}",
     }
-    done = subprocess.run(
-        ["bash", str(REPO / "experiments" / "gpu_check.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _run_script(env, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.rstrip().endswith("gpu_check: failed: bench profile")
     bench = (out / "bench_engine_cpu.txt").read_text()

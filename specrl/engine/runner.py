@@ -19,6 +19,8 @@ when the engine was built: replace weights or add adapters after that and build 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as torch_module
@@ -35,6 +37,12 @@ def check_runner(runner: str) -> None:
         raise InvalidRequestError(f"runner must be one of {RUNNERS}, got {runner!r}")
 
 
+def _cache_parameter(forward) -> str | None:
+    """Which of ``cache`` (preferred) and ``past_key_values`` ``forward`` names, if either."""
+    params = inspect.signature(forward).parameters
+    return next((k for k in ("cache", "past_key_values") if k in params), None)
+
+
 def cache_keyword(model) -> str:
     """The keyword ``model``'s forward takes its KV cache by: ``cache`` in recent transformers
     5 releases, ``past_key_values`` before them (5.17 still had it). One the forward does
@@ -42,34 +50,25 @@ def cache_keyword(model) -> str:
     own tokens. A wrapper (``torch.compile``'s module, a PEFT model) is read through to the
     model it wraps; a forward with neither name that takes ``**kwargs`` gets the installed
     transformers' name, and one without ``**kwargs`` is refused."""
-    import inspect
-
     inner = getattr(model, "_orig_mod", None)  # torch.compile
     get_base = getattr(model, "get_base_model", None)  # PEFT
     if inner is None and callable(get_base):
         inner = get_base()
     if isinstance(inner, torch.nn.Module) and inner is not model:
         return cache_keyword(inner)
-    params = inspect.signature(type(model).forward).parameters
-    for keyword in ("cache", "past_key_values"):
-        if keyword in params:
-            return keyword
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return _installed_cache_keyword()
+    forward = type(model).forward
+    keyword = _cache_parameter(forward)
+    if keyword is not None:
+        return keyword
+    params = inspect.signature(forward).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        from transformers import LlamaForCausalLM  # the installed release's stock name
+
+        return _cache_parameter(LlamaForCausalLM.forward) or "past_key_values"
     raise InvalidRequestError(
         f"{type(model).__name__}.forward takes no KV cache (neither `cache` nor "
         "`past_key_values`, nor **kwargs to pass one on); SpecEngine needs a causal LM that does"
     )
-
-
-def _installed_cache_keyword() -> str:
-    """The cache keyword of the installed transformers' stock models (read off Llama's)."""
-    import inspect
-
-    from transformers import LlamaForCausalLM
-
-    params = inspect.signature(LlamaForCausalLM.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 class HFRunner:
