@@ -94,8 +94,11 @@ def test_llama_runner_logits_and_cache_are_bit_identical_to_the_model(which, mic
                 out.append(run(ids, positions, mask, cache, keep))
             assert out[0].shape == out[1].shape
             assert torch.equal(out[0], out[1])
+    # Up to the trash slot: a prefill sends several of a row's padding writes to that one
+    # slot in one index_put_, whose outcome CUDA leaves undefined; no query ever reads it.
+    n = caches[0].max_len
     for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values):
-        assert torch.equal(a, b)
+        assert torch.equal(a[:, :, :n], b[:, :, :n])
 
 
 def test_auto_picks_the_llama_runner_only_where_it_applies():

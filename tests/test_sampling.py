@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
+from engine_helpers import DEVICE
 
-from specrl.engine.sampling import sample_inverse_cdf, token_probs, verify_block
+from specrl.engine import sampling
 
 VOCAB = 8
 SAMPLES = 200_000
+
+
+def _on_device(fn):
+    """``fn`` run on the test device (``SPECRL_TEST_DEVICE``; experiments/gpu_check.sh runs
+    this file on the GPU), its results back on the CPU. The inputs are drawn on the CPU from
+    CPU generators, so every device sees the same numbers."""
+
+    def call(*args):
+        out = fn(*(a.to(DEVICE) for a in args))
+        if dataclasses.is_dataclass(out):
+            return dataclasses.replace(
+                out, **{f.name: getattr(out, f.name).cpu() for f in dataclasses.fields(out)}
+            )
+        return out.cpu()
+
+    return call
+
+
+token_probs = _on_device(sampling.token_probs)
+sample_inverse_cdf = _on_device(sampling.sample_inverse_cdf)
+verify_block = _on_device(sampling.verify_block)
 
 
 def _committed_tokens(p, q, *, force_accept: bool, seed: int = 0):
@@ -172,8 +195,6 @@ def test_each_block_position_and_the_bonus_follow_their_own_target_distribution(
 def test_a_uniform_that_rounds_to_one_never_picks_a_token_of_zero_probability():
     # 1 - 2^-26 rounds to 1.0 in float32: u * total == total, past every token. It used to be
     # clamped to the last vocabulary token whatever its probability (here 0).
-    from specrl.engine.sampling import sample_inverse_cdf
-
     probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 0.2, 0.0, 0.8], [0.0, 0.0, 1.0, 0.0]])
     near_one = torch.full((3,), 1 - 2**-26, dtype=torch.float64)
     assert sample_inverse_cdf(probs, near_one).tolist() == [1, 3, 2]
