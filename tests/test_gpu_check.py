@@ -52,6 +52,7 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     (shims / "timeout").write_text(
         "#!/usr/bin/env bash\n"
         'case "$*" in\n'
+        '  *" models build "*) echo "build ran"; exit 0 ;;\n'
         '  *" bench engine "*) echo "bench ran"; exit 3 ;;\n'
         '  *" profile --device "*) echo "profile ran"; exit 124 ;;\n'
         '  *pytest*) echo "tests ran: $*"; exit 0 ;;\n'
@@ -71,13 +72,14 @@ def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     done = _run_script(env, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.rstrip().endswith("gpu_check: failed: bench profile")
+    assert (out / "build.txt").read_text() == "build ran\n"
     bench = (out / "bench_engine_cpu.txt").read_text()
     assert bench == "bench ran\ngpu_check: bench failed (exit 3)\n"
     profile = (out / "profile-cpu.txt").read_text()
-    assert profile == "profile ran\ngpu_check: profile timed out after 300 s\n"
+    assert profile == "profile ran\ngpu_check: profile timed out after 240 s\n"
     assert not (out / "profile-cpu-show.txt").exists()  # no profile to show
     tests = (out / "tests.txt").read_text()
-    head = f"tests ran: -k 15 120 env SPECRL_TEST_DEVICE=cpu {sys.executable} -m pytest "
+    head = f"tests ran: -k 15 150 env SPECRL_TEST_DEVICE=cpu {sys.executable} -m pytest "
     assert tests.startswith(head)
     assert tests.endswith(" tests/test_engine.py tests/test_runner.py tests/test_sampling.py\n")
 
