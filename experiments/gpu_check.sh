@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The engine on a CUDA machine, prepared in advance so a lent GPU is used without setup:
-# the engine benchmark, a hardware profile of the default pair (`specrl profile --device
-# cuda`) and its table, then the engine, runner and sampler tests on the GPU: at most about
-# ten minutes (the four steps time out after 120, 300, 30 and 120 s; one that fails or times
-# out does not stop the next, and the script exits 1 at the end naming it). Figures land in
-# $OUT (default: gpu_check_out/ in the repository root; the script works from there, so a
-# relative OUT is under it too).
+# the default pair's check, the engine benchmark, a hardware profile of the default pair
+# (`specrl profile --device cuda`) and its table, then the engine, runner and sampler tests on
+# the GPU: at most about ten minutes (the five steps time out after 45, 120, 240, 30 and
+# 150 s; one that fails or times out does not stop the next, and the script exits 1 at the
+# end naming it). Figures land in $OUT (default: gpu_check_out/ in the repository root; the
+# script works from there, so a relative OUT is under it too).
 # Offline: it installs nothing that imports already. specrl itself is installed (editable,
 # no dependencies, no index, no build isolation) only when it does not import from this
 # checkout; PYTHONPATH=. alone would not do, since specrl.envs and specrl.policies live in
@@ -88,7 +88,8 @@ step() {  # step NAME SECONDS FILE COMMAND...
 rm -f "$OUT/build.txt" "$OUT/bench_engine_$DEVICE".{json,txt} "$OUT/profile-$DEVICE".{json,txt} \
     "$OUT/profile-$DEVICE-show.txt" "$OUT/tests.txt"
 # The shipped pair verifies in seconds; one that failed its hash check would start an hour of
-# CPU training, which the limit cuts short. Limits sum to 585 s, under a 600 s device command.
+# CPU training, which the limit cuts short. The limits sum to 585 s, under a 600 s device
+# command.
 step build 45 "$OUT/build.txt" "${SPECRL[@]}" models build --preset small
 BENCH=(--repeats 2)
 # Past the workloads' 128 rows: a small pair on a large GPU may stay memory-bound there, and

@@ -46,7 +46,7 @@ def test_gpu_check_dry_run_writes_every_figure(tmp_path):
 def test_gpu_check_goes_on_past_a_failed_step_and_names_it(tmp_path):
     """A lent GPU is used once: a benchmark that fails and a profile that times out leave the
     next steps to run, and the script exits 1 naming both. A ``timeout`` shim stands in for
-    the three steps (the models are not run)."""
+    the build, benchmark, profile and tests steps (the models are not run)."""
     shims = tmp_path / "bin"
     shims.mkdir()
     (shims / "timeout").write_text(
