@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
+import warnings
 from pathlib import Path
 
 from specrl.envs.base import Served, SpecEnvBase
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.profile.fingerprint import check_compatible, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
 from specrl.workload import profile_workload_kwargs, resolve_prompt
@@ -22,6 +24,46 @@ def refuse_prompts_profile(profile: Profile, source: str, hint: str = "") -> Non
             "acceptance that profile does not hold. Use a profile measured without --prompts "
             f"for live runs (`specrl profile --out P.json`){hint}"
         )
+
+
+REFERENCE_PROMPT_TOKENS = 16
+"""Prompt length of :func:`measure_plain_decode_tokens_per_s`: the shortest context a default
+profile measures (``specrl profile --contexts``)."""
+
+
+def measure_plain_decode_tokens_per_s(
+    pair,
+    streams: dict[str, list[int]],
+    *,
+    device: str = "cpu",
+    warmup_steps: int = 4,
+    timed_steps: int = 32,
+) -> float:
+    """Committed tokens per second of plain decoding (K=0) at batch 1 with ``pair``'s target on
+    ``device``: what :attr:`Profile.plain_decode_tokens_per_s` holds, measured here in a few
+    seconds instead of read from a profile.
+
+    One greedy request with a :data:`REFERENCE_PROMPT_TOKENS`-token prompt cut from the first
+    of ``streams`` is served by a :class:`~specrl.engine.SpecEngine` without a draft (at K=0
+    the draft does not run). The first ``warmup_steps`` steps, the prefill among them, are
+    dropped; each timed step commits one token, so the rate is one over the median of the
+    ``timed_steps`` step times the engine measured (device-synchronized).
+    """
+    from specrl.engine import SpecEngine
+
+    prompt = next(iter(streams.values()))[:REFERENCE_PROMPT_TOKENS]
+    steps = warmup_steps + timed_steps
+    engine = SpecEngine(
+        pair.target,
+        None,
+        max_batch=1,
+        max_len=len(prompt) + steps + 1,
+        k_max=0,
+        device=device,
+    )
+    engine.add(prompt, max_new_tokens=steps + 1)
+    times = [engine.step(0).total_time for _ in range(steps)][warmup_steps:]
+    return 1.0 / statistics.median(times)
 
 
 class LiveSpecEnv(SpecEnvBase):
@@ -100,12 +142,16 @@ class LiveSpecEnv(SpecEnvBase):
       file; ``workload_kwargs`` go to ``preset_trace`` (``peak`` defaults
       to ``max_batch``, ``n_requests``, length distributions, domain mix).
     * ``k_max`` (4), ``max_batch`` (128), ``max_len`` (384): the engine's.
-    * ``reference_tokens_per_s``: the reward's rate; default: the profile's plain decoding
-      rate at batch 1.
-    * ``profile``: path or ``Profile``; default: the shipped one. Refused when measured on
-      other hardware or another pair, or when its step times are off by more than 15% here
+    * ``reference_tokens_per_s``: the reward's rate; default: plain decoding's (K=0) rate at
+      batch 1, from ``profile`` or measured here (below).
+    * ``profile``: path or ``Profile`` to read that rate from; refused when measured on other
+      hardware or another pair, or when its step times are off by more than 15% here
       (``specrl.profile.freshness``, a 10-15 s timing; ``check_profile=False`` skips it),
-      unless ``force_profile=True``. Only read when ``reference_tokens_per_s`` is not given.
+      unless ``force_profile=True``. Default: the shipped profile where it passes the same
+      checks; where it does not, the env measures the rate on this machine instead
+      (:func:`measure_plain_decode_tokens_per_s`, a few seconds) and says so in one
+      ``SpecrlWarning`` (``force_profile=True`` uses the shipped profile anyway). Only read
+      when ``reference_tokens_per_s`` is not given.
     * ``streams``: ``{domain: token ids}`` prompts are cut from; default: the held-out corpus
       tokenized with the pair's tokenizer.
 
@@ -148,12 +194,35 @@ class LiveSpecEnv(SpecEnvBase):
         if limit is not None and max_len > limit.positions:
             raise SpecrlError(f"max_len={max_len} exceeds {limit}; lower max_len")
         if reference_tokens_per_s is None:
-            prof = self._profile_for(
-                profile, force_profile, check_profile, k_max, streams=streams is not None
-            )
-            reference_tokens_per_s = prof.plain_decode_tokens_per_s
-            if prof.meta.get("prompts") is not None:  # with its streams: presets draw its domains
-                workload_kwargs = {**profile_workload_kwargs(prof.meta), **(workload_kwargs or {})}
+            if profile is None and not force_profile:
+                prof, why_not = self._shipped_profile(k_max, check_profile)
+            else:
+                prof = self._profile_for(
+                    profile, force_profile, check_profile, k_max, streams=streams is not None
+                )
+            if prof is None:
+                if streams is None:
+                    from specrl.workload.prompts import token_streams
+
+                    streams = token_streams(pair.tokenizer)
+                reference_tokens_per_s = measure_plain_decode_tokens_per_s(
+                    pair, streams, device=device
+                )
+                warnings.warn(
+                    "LiveSpecEnv: the shipped profile does not hold here, so the reward's "
+                    "reference rate was measured on this machine instead: plain decoding (K=0) "
+                    f"at batch 1 runs at {reference_tokens_per_s:.1f} tokens/s. Why: {why_not}",
+                    category=SpecrlWarning,
+                    stacklevel=2,
+                )
+            else:
+                reference_tokens_per_s = prof.plain_decode_tokens_per_s
+                # A prompts-file profile comes with its streams: presets draw its domains.
+                if prof.meta.get("prompts") is not None:
+                    workload_kwargs = {
+                        **profile_workload_kwargs(prof.meta),
+                        **(workload_kwargs or {}),
+                    }
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -168,6 +237,35 @@ class LiveSpecEnv(SpecEnvBase):
             streams = token_streams(pair.tokenizer)
         self.streams = streams
         self.engine = None
+
+    def _shipped_profile(self, k_max: int, check: bool) -> tuple[Profile | None, str]:
+        """The shipped profile and ``""`` where it holds for this pair on this machine (its
+        fingerprint matches and, with ``check``, its freshness check passes); otherwise
+        ``None`` and the reason. The fingerprint's warnings (library versions, threads) are
+        only given where the profile is used."""
+        from specrl.envs.surrogate import default_profile_path
+        from specrl.profile.freshness import check_freshness, remeasure_command
+
+        path = default_profile_path()
+        prof, remeasure = load_profile(path), remeasure_command(self.pair)
+        with warnings.catch_warnings(record=True) as held:
+            warnings.simplefilter("always")
+            try:
+                check_compatible(
+                    prof,
+                    pair_fingerprint(self.pair, k_max=k_max, device=self.device),
+                    source=str(path),
+                    remeasure=remeasure,
+                )
+            except SpecrlError as refusal:
+                return None, str(refusal)
+        if check:
+            report = check_freshness(prof, self.pair, device=self.device)
+            if not report.fresh:
+                return None, report.message(str(path), remeasure)
+        for w in held:
+            warnings.warn(w.message, stacklevel=3)
+        return prof, ""
 
     def _profile_for(
         self, profile, force: bool, check: bool, k_max: int, *, streams: bool
