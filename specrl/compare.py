@@ -65,10 +65,14 @@ class PolicyResult:
         }
 
 
+def static_results(results: list[PolicyResult]) -> list[PolicyResult]:
+    """Off and the fixed Ks among ``results``, in their order."""
+    return [r for r in results if _STATIC.match(r.policy)]
+
+
 def best_static(results: list[PolicyResult]) -> PolicyResult | None:
     """The best of off and the fixed Ks among ``results`` (None if none ran)."""
-    static = [r for r in results if _STATIC.match(r.policy)]
-    return max(static, key=lambda r: r.tokens_per_s, default=None)
+    return max(static_results(results), key=lambda r: r.tokens_per_s, default=None)
 
 
 @dataclass
@@ -87,7 +91,7 @@ class ComparisonReport:
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
         in the steps of that bucket."""
-        static = [r for r in self.results if _STATIC.match(r.policy)]
+        static = static_results(self.results)
         out = {}
         for label in self.reached_buckets():
             rated = [r for r in static if label in r.bucket_tokens_per_s]
@@ -132,7 +136,10 @@ class ComparisonReport:
         }
 
     def format(self) -> str:
-        """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT."""
+        """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT; then
+        the best static policy overall and per bucket, naming the static policies it was
+        chosen among (left out with fewer than two: one policy is no finding), and the fewest
+        steps any policy took in each bucket."""
         best, off = self.best_static, self.result("off")
         buckets = self.reached_buckets()
         spread = best is not None and self.episodes > 1
@@ -153,23 +160,30 @@ class ComparisonReport:
             ]
             cells += [f"{r.tpot_p50_s * 1e3:.1f}", f"{r.tpot_p99_s * 1e3:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
-        if best is not None:
-            lines.append(f"\nbest static: {best.policy} ({best.tokens_per_s:.0f} tokens/s)")
-            per_bucket = self.best_static_by_bucket()
-            lines.append(
-                "best static per bucket: "
-                + ", ".join(f"B {label}: {name}" for label, name in per_bucket.items())
+        notes = []
+        static = [r.policy for r in static_results(self.results)]
+        if len(static) > 1:
+            among = ", ".join(static)
+            notes.append(
+                f"best static policy, among {among}: {best.policy} "
+                f"({best.tokens_per_s:.0f} tokens/s)"
+            )
+            notes.append(
+                f"best static policy per bucket, among {among}: "
+                + ", ".join(
+                    f"B {label}: {name}" for label, name in self.best_static_by_bucket().items()
+                )
             )
         if any(r.bucket_steps for r in self.results):
             fewest = {
                 b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes
                 for b in buckets
             }
-            lines.append(
+            notes.append(
                 "fewest steps per episode in a bucket, over the policies: "
                 + ", ".join(f"B {b}: {n:.1f}" for b, n in fewest.items())
             )
-        return "\n".join(lines)
+        return "\n".join(lines + ([""] + notes if notes else []))
 
     def write_csv(self, path: str | Path) -> None:
         """One row per policy: tokens/s, TPOT, then ``bucket/<label>`` and ``k_share/<K>``."""

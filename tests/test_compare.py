@@ -84,7 +84,36 @@ def test_every_policy_serves_the_same_traces():
     )
     # The oracle's myopic choice beats always-off on this profile and workload.
     assert report.result("oracle").tokens_per_s > off.tokens_per_s
-    assert "best static:" in report.format()
+    assert "best static policy, among off, K=2: " in report.format()
+
+
+def _static_report(speeds: dict[str, tuple[float, float]]) -> str:
+    """``format()`` of a report whose policies ran at ``{name: (tokens/s at 1 row, at 4)}``."""
+    from specrl.compare import ComparisonReport
+
+    results = []
+    for name, (one, four) in speeds.items():
+        e = EpisodeResult(int(one + 4 * four), 2.0, 2, 0.0, 0.0)
+        e.step_batch, e.step_k = [1, 4], [0, 0]
+        e.step_tokens, e.step_seconds = [one, 4 * four], [1.0, 1.0]
+        results.append(summarize(name, [e], k_max=2))
+    return ComparisonReport("surrogate", "w", 0, 1, results).format()
+
+
+def test_best_static_lines_name_the_policies_they_were_chosen_among():
+    text = _static_report({"off": (10, 5), "K=1": (8, 9), "K=2": (6, 7), "goodput": (11, 11)})
+    lines = text.splitlines()
+    assert lines[2 + 4] == ""  # the table ends: the notes are no rows of it
+    assert lines[7] == "best static policy, among off, K=1, K=2: K=1 (22 tokens/s)"
+    assert lines[8] == "best static policy per bucket, among off, K=1, K=2: B 1: off, B 2-4: K=1"
+
+
+def test_best_static_lines_are_left_out_with_one_static_policy():
+    """As in the demo's live table, where off is the only static policy that ran."""
+    text = _static_report({"off": (10, 5), "goodput": (11, 11), "lookup:t.json": (9, 12)})
+    assert "best static" not in text.split("\n", 1)[1]  # only the table's header names it
+    assert text.splitlines()[-1].startswith("fewest steps per episode in a bucket")
+    assert text.splitlines()[-2] == ""
 
 
 def test_paired_ratios_pair_episodes_on_the_same_trace():
