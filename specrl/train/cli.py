@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from specrl import options
@@ -25,6 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", metavar="RUN_DIR", help="run directory of a new run")
     parser.add_argument(
         "--resume", metavar="RUN_DIR", help="continue this run from its newest checkpoint"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="CONFIG.json",
+        help="a new run with every setting of this training config (a run's config.json, or "
+        "one written with TrainConfig.save); the options given here override it",
     )
     parser.add_argument(
         "--timesteps",
@@ -86,6 +93,7 @@ def config_from_args(args: argparse.Namespace):
         raise SpecrlError("give --out RUN_DIR for a new run or --resume RUN_DIR, not both")
     changes = {"total_timesteps": args.timesteps, "wandb": args.wandb}
     changes = {name: value for name, value in changes.items() if value is not None}
+    base = _base_config(args.config) if args.config else TrainConfig()
     new_only = {
         "seed": args.seed,
         "profile": args.profile,
@@ -102,7 +110,7 @@ def config_from_args(args: argparse.Namespace):
             for name in ("preset", "force_profile")
             if new_only[name] is not None
         ]
-        if live_only and args.env != "live":
+        if live_only and (args.env or base.env) != "live":
             verb, them = ("apply", "them") if len(live_only) > 1 else ("applies", "it")
             raise SpecrlError(
                 f"{' and '.join(live_only)} {verb} to --env live only (the surrogate trains "
@@ -111,16 +119,25 @@ def config_from_args(args: argparse.Namespace):
         changes.update({name: value for name, value in new_only.items() if value is not None})
         if changes.get("env") == "live":
             changes["n_envs"] = 1
-        return TrainConfig(out=args.out, **changes), False
-    if any(value is not None for value in new_only.values()):
+        return dataclasses.replace(base, out=args.out, **changes), False
+    if args.config or any(value is not None for value in new_only.values()):
         raise SpecrlError(
-            "--seed, --profile, --env, --init, --n-requests, --max-len, --preset and "
+            "--config, --seed, --profile, --env, --init, --n-requests, --max-len, --preset and "
             "--force-profile are fixed when a run starts; --resume takes --timesteps and "
             "--wandb only"
         )
     config = _resume_config(args.resume)
     changes["out"] = args.resume
     return TrainConfig.from_json({**config.to_json(), **changes}, source=args.resume), True
+
+
+def _base_config(path: str):
+    """The TrainConfig in the JSON file ``path`` (``--config``)."""
+    from specrl.files import read_json
+    from specrl.train.config import TrainConfig
+
+    obj = read_json(path, "training config", "give a run's config.json")
+    return TrainConfig.from_json(obj, source=path)
 
 
 def _resume_config(run_dir: str):
