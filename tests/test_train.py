@@ -4,11 +4,9 @@ nothing, wandb's offline history, and the experiment script's --help."""
 
 from __future__ import annotations
 
-import base64
-import copy
 import dataclasses
 import json
-import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -21,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from train_helpers import tiny
+from train_helpers import assert_resumed_from, capture, crash_after, tiny
 from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.policies.ppo import PROBE, apply_probe, policy_observation
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
@@ -381,58 +379,10 @@ def test_a_run_directory_is_never_trained_over(finished_run):
     assert snapshot(finished_run) == before
 
 
-class _CrashAt:
-    """An SB3 callback that raises once training has passed ``steps``: a crash mid-run."""
-
-    def __new__(cls, steps: int):
-        from stable_baselines3.common.callbacks import BaseCallback
-
-        class Crash(BaseCallback):
-            def _on_step(self) -> bool:
-                if self.num_timesteps > steps:
-                    raise RuntimeError("simulated crash")
-                return True
-
-        return Crash()
-
-
-class _Capture:
-    """An SB3 callback that records the model's state when training starts."""
-
-    def __new__(cls, into: dict):
-        from stable_baselines3.common.callbacks import BaseCallback
-
-        class Capture(BaseCallback):
-            def _on_training_start(self) -> None:
-                into["num_timesteps"] = self.model.num_timesteps
-                into["optimizer"] = copy.deepcopy(self.model.policy.optimizer.state_dict())
-                into["numpy"] = np.random.get_state(legacy=False)["state"]["key"].copy()
-                into["torch"] = torch.get_rng_state().clone()
-
-            def _on_step(self) -> bool:
-                return True
-
-        return Capture()
-
-
-def _assert_resumed_from(captured: dict, checkpoint) -> None:
-    from stable_baselines3 import PPO
-
-    assert captured["num_timesteps"] == checkpoint.num_timesteps
-    saved = PPO.load(checkpoint.model_path, device="cpu").policy.optimizer.state_dict()
-    assert captured["optimizer"]["state"], "the optimizer has taken steps"
-    for index, moments in saved["state"].items():
-        for name in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(captured["optimizer"]["state"][index][name], moments[name])
-    rng = checkpoint.state["rng"]
-    assert np.array_equal(captured["numpy"], np.array(rng["numpy"]["key"], dtype=np.uint32))
-    assert captured["torch"].numpy().tobytes() == base64.b64decode(rng["torch"])
-
-
 def test_resume_after_a_crash_continues_from_the_last_checkpoint(tmp_path, profile_path):
     config = tiny(tmp_path / "run", profile_path, total_timesteps=768, eval_every=0)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(config, progress=False, callbacks=[_CrashAt(400)])
+        train(config, progress=False, callbacks=[crash_after(400)])
     checkpoint = latest_checkpoint(config.out)
     assert checkpoint.num_timesteps == 256
     assert not (tmp_path / "run" / "model.zip").exists()
@@ -442,8 +392,8 @@ def test_resume_after_a_crash_continues_from_the_last_checkpoint(tmp_path, profi
     (partial / "model.zip").write_bytes(b"PK\x03")
 
     captured: dict = {}
-    result = train(config, resume=True, progress=False, callbacks=[_Capture(captured)])
-    _assert_resumed_from(captured, checkpoint)
+    result = train(config, resume=True, progress=False, callbacks=[capture(captured)])
+    assert_resumed_from(captured, checkpoint)
     assert result.num_timesteps == 768
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*"))
     assert names == ["step-000000000256", "step-000000000512", "step-000000000768"]
@@ -454,7 +404,7 @@ def test_resume_restores_the_best_model_its_checkpoint_saved(tmp_path, profile_p
     run_dir = tmp_path / "run"
     config = tiny(run_dir, profile_path, total_timesteps=768)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(config, progress=False, callbacks=[_CrashAt(400)])
+        train(config, progress=False, callbacks=[crash_after(400)])
     checkpoint = latest_checkpoint(run_dir)
     saved = checkpoint.path / "best_model.zip"
     assert checkpoint.state["best"]["timesteps"] == 256 and saved.is_file()
@@ -507,7 +457,7 @@ def test_a_raised_total_is_what_a_plain_resume_goes_on_to(tmp_path, finished_run
     copied = {**load_config(run_dir).to_json(), "out": str(run_dir)}
     longer = TrainConfig.from_json({**copied, "total_timesteps": 1024})
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(longer, resume=True, progress=False, callbacks=[_CrashAt(800)])
+        train(longer, resume=True, progress=False, callbacks=[crash_after(800)])
     assert latest_checkpoint(run_dir).num_timesteps == 768
     assert load_config(run_dir).total_timesteps == 1024
     args = build_parser().parse_args(["train", "--resume", str(run_dir)])
@@ -515,38 +465,74 @@ def test_a_raised_total_is_what_a_plain_resume_goes_on_to(tmp_path, finished_run
     assert (config.total_timesteps, resume) == (1024, True)
 
 
-def test_resume_after_kill_9(tmp_path, profile_path):
-    config = tiny(tmp_path / "run", profile_path, total_timesteps=100_000, eval_every=0)
-    code = (
-        "import json, sys; from specrl.train import TrainConfig, train; "
-        "train(TrainConfig.from_json(json.loads(sys.argv[1])), progress=False)"
-    )
+def _specrl_train(*argv: str, **popen) -> subprocess.Popen:
+    """``specrl train ARGV`` in a child process."""
+    command = [sys.executable, "-m", "specrl.cli", "train", *argv, "--no-progress"]
+    return subprocess.Popen(command, text=True, **popen)
+
+
+def test_kill_9_then_resume_through_the_cli_equals_a_run_never_stopped(tmp_path, profile_path):
+    """``specrl train`` killed with SIGKILL as its first checkpoint lands, then ``specrl train
+    --resume``: the finished run is the run never stopped, bit for bit (weights, every
+    evaluation, the chosen model, the actions on a grid of observations). Exact, not within a
+    tolerance: the surrogate, the policy's sampling and PPO's minibatches draw only from the
+    checkpointed RNGs and envs."""
+    from stable_baselines3 import PPO
+
+    run_dir, config_file = tmp_path / "run", tmp_path / "tiny.json"
+    config = tiny(run_dir, profile_path, total_timesteps=1024, eval_every=512)
+    config.save(config_file)
     errors = tmp_path / "stderr.txt"
     with open(errors, "w") as stderr:
-        child = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(config.to_json())],
+        child = _specrl_train(
+            "--config",
+            str(config_file),
+            "--out",
+            str(run_dir),
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-    checkpoints = tmp_path / "run" / "checkpoints"
     deadline = time.monotonic() + 90
     try:
-        while not len(list(checkpoints.glob("step-*"))) >= 2:
+        while not any((run_dir / "checkpoints").glob("step-*")):
             assert child.poll() is None, errors.read_text()
             assert time.monotonic() < deadline, "no checkpoint within 90 s"
-            time.sleep(0.05)
+            time.sleep(0.01)
     finally:
-        os.kill(child.pid, signal.SIGKILL)
+        child.send_signal(signal.SIGKILL)
         child.wait()
-    checkpoint = latest_checkpoint(config.out)
-    assert checkpoint.num_timesteps >= 512
-    captured: dict = {}
-    resumed = config.to_json() | {"total_timesteps": checkpoint.num_timesteps + 256}
-    result = train(
-        TrainConfig.from_json(resumed), resume=True, progress=False, callbacks=[_Capture(captured)]
+    stopped_at = latest_checkpoint(run_dir).num_timesteps
+    assert stopped_at < 1024 and not (run_dir / "summary.json").exists(), "killed too late"
+
+    resumed = _specrl_train(
+        "--resume", str(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    _assert_resumed_from(captured, checkpoint)
-    assert result.num_timesteps == checkpoint.num_timesteps + 256
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    assert f"resuming {run_dir} from its checkpoint at step {stopped_at:,}" in out
+
+    never_stopped = train(
+        tiny(tmp_path / "never", profile_path, total_timesteps=1024, eval_every=512), progress=False
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["num_timesteps"] == never_stopped.num_timesteps == 1024
+    for key in ("final_eval", "eval_history", "model_eval"):
+        assert summary[key] == never_stopped.summary[key], key
+    assert summary["warm_start"]["accuracy"] == never_stopped.summary["warm_start"]["accuracy"]
+    for name in ("last_model.zip", "model.zip"):
+        theirs = PPO.load(run_dir / name, device="cpu").policy
+        ours = PPO.load(tmp_path / "never" / name, device="cpu").policy
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(theirs.state_dict().values(), ours.state_dict().values())
+        )
+    grid = np.stack(np.meshgrid(*[np.linspace(0, 1, 11)] * 3), -1).reshape(-1, 3)
+    policy = PPO.load(run_dir / "model.zip", device="cpu")
+    reference = PPO.load(tmp_path / "never" / "model.zip", device="cpu")
+    actions, _ = policy.predict(grid.astype(np.float32), deterministic=True)
+    expected, _ = reference.predict(grid.astype(np.float32), deterministic=True)
+    assert np.array_equal(actions, expected)
+    assert len(set(expected.tolist())) > 1, "a grid on which the policy chooses more than one K"
 
 
 def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
@@ -570,6 +556,7 @@ def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
     for broken, words in (
         ("state.json", "state.json is not valid JSON"),
         ("model.zip", "model.zip is not a readable SB3 model"),
+        ("envs.pkl", "envs.pkl: not readable"),
     ):
         run_dir = tmp_path / f"broken-{broken}"
         shutil.copytree(finished_run, run_dir)
@@ -592,6 +579,44 @@ def test_resume_refuses_missing_and_corrupt_run_dirs_and_writes_nothing(
             shutil.rmtree(path)
         with pytest.raises(SpecrlError, match="only checkpoint: delete .* and start again"):
             train(config, resume=True, progress=False)
+
+
+def test_a_resume_refuses_training_envs_or_a_profile_it_cannot_go_on_with(tmp_path):
+    """A checkpoint's training envs missing or not this run's, or the profile changed since:
+    refused with the reason, nothing written. A version 1 checkpoint (no training envs) goes
+    on from fresh episodes, with a warning that it will not match the run never stopped."""
+    profile = tmp_path / "linear.json"
+    linear_profile().save(profile)
+    run_dir = tmp_path / "run"
+    config = tiny(run_dir, profile, total_timesteps=256, eval_every=0, warm_start="none")
+    train(config, progress=False)
+    longer = TrainConfig.from_json({**config.to_json(), "total_timesteps": 512})
+    latest = latest_checkpoint(run_dir).path
+    envs = latest / "envs.pkl"
+    saved = envs.read_bytes()
+    before = snapshot(run_dir)
+
+    envs.unlink()
+    with pytest.raises(SpecrlError, match=f"{latest}: envs.pkl missing; it is the run's only"):
+        train(longer, resume=True, progress=False)
+    envs.write_bytes(pickle.dumps(["not", "envs"]))
+    with pytest.raises(SpecrlError, match="envs.pkl: does not hold this run's 2 training envs"):
+        train(longer, resume=True, progress=False)
+    envs.write_bytes(saved)
+    text = profile.read_text()
+    profile.write_text(text + "\n")
+    with pytest.raises(SpecrlError, match=f"its profile {profile} has changed since the checkp"):
+        train(longer, resume=True, progress=False)
+    profile.write_text(text)
+    changed = snapshot(run_dir).items() ^ before.items()
+    assert {name for name, _ in changed} == {str(envs.relative_to(run_dir))}
+
+    state = json.loads((latest / "state.json").read_text())
+    del state["profile_sha256"]
+    (latest / "state.json").write_text(json.dumps(state | {"version": 1}))
+    envs.unlink()
+    with pytest.warns(SpecrlWarning, match="older specrl.*fresh episodes"):
+        assert train(longer, resume=True, progress=False).num_timesteps == 512
 
 
 def test_cli_says_where_a_run_starts_and_how_to_resume_a_stopped_one(
@@ -656,6 +681,17 @@ def test_cli_checks_out_and_resume(tmp_path):
     assert config.max_len == 512
     with pytest.raises(SpecrlError, match="--max-len"):
         config_from_args(args(resume=str(tmp_path), **{"max-len": 512}))
+    # --config: every field of a TrainConfig file, the options given overriding it.
+    small = tmp_path / "small.json"
+    TrainConfig(n_envs=2, net_arch=(8,), checkpoint_every=256).save(small)
+    config, _ = config_from_args(args(out=str(tmp_path / "x"), config=small, seed=4))
+    assert (config.n_envs, config.net_arch, config.checkpoint_every) == (2, (8,), 256)
+    assert (config.seed, config.out) == (4, str(tmp_path / "x"))
+    with pytest.raises(SpecrlError, match="--config, --seed.*fixed when a run starts"):
+        config_from_args(args(resume=str(tmp_path), config=small))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SpecrlError, match="bad.json: field 'format'"):
+        config_from_args(args(out=str(tmp_path / "x"), config=tmp_path / "bad.json"))
     # The pair preset is read only live: on the surrogate it was silently ignored.
     with pytest.raises(SpecrlError, match="--preset applies to --env live only"):
         config_from_args(args(out=str(tmp_path), preset="micro"))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import assert_resumed_from, capture, crash_after
 
 from specrl.errors import SpecrlError
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, train
-from specrl.train.run import latest_checkpoint
+from specrl.train.run import LiveTrainingEnv, latest_checkpoint
 
 
 @pytest.fixture
@@ -60,6 +61,50 @@ def test_live_training_checkpoints_and_resumes(home, tmp_path):
     with pytest.warns(UserWarning, match="profile"):
         resumed = train(config(tmp_path, "live", total_timesteps=80), resume=True, progress=False)
     assert resumed.num_timesteps == 80
+
+
+def test_a_live_resume_keeps_optimizer_rngs_statistics_reference_and_env_stream(
+    home, tmp_path, monkeypatch
+):
+    """A live run stopped mid-run comes back with what its checkpoint saved: the optimizer's
+    moments, the global RNGs, the reward-normalisation statistics, the reward's reference and
+    the timestep count; and the env's first episode draws on from the saved random stream
+    (workload, trace and the engine's per-request sampling seeds), not from a fresh seed.
+    Step times are measured, so what comes after is not compared with an unstopped run."""
+    run = config(tmp_path, "live", normalize_reward=True)
+    with pytest.warns(UserWarning, match="profile"), pytest.raises(RuntimeError, match="crash"):
+        train(run, progress=False, callbacks=[crash_after(20)])
+    checkpoint = latest_checkpoint(run.out)
+    assert checkpoint.num_timesteps == 16
+
+    resets = []
+    reset = LiveTrainingEnv.reset
+
+    def recorded_reset(self, *, seed=None, options=None):
+        resets.append((seed, self.env.unwrapped.np_random.bit_generator.state))
+        return reset(self, seed=seed, options=options)
+
+    monkeypatch.setattr(LiveTrainingEnv, "reset", recorded_reset)
+    captured: dict = {}
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Peek(BaseCallback):
+        def _on_training_start(self) -> None:
+            rms = self.model.get_env().ret_rms
+            captured["vec_normalize"] = {"mean": rms.mean, "var": rms.var, "count": rms.count}
+            captured["reference"] = self.training_env.get_attr("reference")[0].to_json()
+
+        def _on_step(self) -> bool:
+            return True
+
+    with pytest.warns(UserWarning, match="profile"):
+        result = train(run, resume=True, progress=False, callbacks=[capture(captured), Peek()])
+    assert_resumed_from(captured, checkpoint)
+    assert resets[0] == (None, checkpoint.state["env_streams"][0])
+    saved = checkpoint.state["vec_normalize"]
+    assert captured["vec_normalize"] == {k: saved[k] for k in ("mean", "var", "count")}
+    assert captured["reference"] == checkpoint.state["reference"]
+    assert result.num_timesteps == 48
 
 
 def test_init_fine_tunes_a_trained_run_from_its_weights(home, tmp_path):

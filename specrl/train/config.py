@@ -8,8 +8,9 @@ A run directory (``RUN_DIR``)::
     best_model.zip           the best-evaluated model so far (while training)
     last_model.zip           the weights at the end of training
     summary.json             final evaluation, evaluation history, timing
-    checkpoints/step-N/      model.zip (with the optimizer) and state.json (timestep count,
-                             config, RNG state, reward-normalisation statistics)
+    checkpoints/step-N/      model.zip (with the optimizer), state.json (timestep count,
+                             config, RNG state, reward-normalisation statistics) and, for a
+                             surrogate run, envs.pkl (its training envs mid-episode)
     tb/                      tensorboard event files
     wandb/                   the wandb run (offline by default)
 
@@ -35,6 +36,8 @@ LAST_MODEL_FILE = "last_model.zip"
 """The weights at the end of training."""
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_DIR = "checkpoints"
+ENVS_FILE = "envs.pkl"
+"""In a surrogate run's checkpoint: its training envs as they stood, mid-episode."""
 CONFIG_FORMAT = "specrl-train-config"
 CONFIG_VERSION = 2
 

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import random
 import shutil
 import time
@@ -41,6 +42,7 @@ from specrl.train.config import (
     BEST_MODEL_FILE,
     CHECKPOINT_DIR,
     CONFIG_FILE,
+    ENVS_FILE,
     LAST_MODEL_FILE,
     MODEL_FILE,
     RESUMABLE_CHANGES,
@@ -49,7 +51,9 @@ from specrl.train.config import (
 )
 
 CHECKPOINT_FORMAT = "specrl-train-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+"""Version 2 keeps the training envs' episodes (surrogate) or random streams (live); a version 1
+checkpoint resumes on fresh episodes."""
 SUMMARY_FORMAT = "specrl-train-summary"
 SUMMARY_VERSION = 1
 
@@ -344,9 +348,17 @@ def make_live_training_env(config: TrainConfig, profile: Profile, reference: Rat
     return LiveTrainingEnv(live, workloads=config.workloads, reference=reference)
 
 
+def _profile_path(config: TrainConfig) -> Path:
+    return Path(config.profile) if config.profile else default_profile_path()
+
+
 def _load_run_profile(config: TrainConfig) -> tuple[Profile, Path]:
-    path = Path(config.profile) if config.profile else default_profile_path()
+    path = _profile_path(config)
     return load_profile(path), path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def floors_reference(config: TrainConfig) -> bool:
@@ -664,6 +676,123 @@ def _set_vec_normalize_state(vec_env, state: dict) -> None:
     vec_env.returns = np.array(state["returns"], dtype=np.float64)
 
 
+def _layers(env) -> list:
+    """``env`` and the envs it wraps, outermost first (Monitor, then the training env)."""
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+class SurrogateEpisodes:
+    """The surrogate training envs as they stand mid-episode, pickled into a checkpoint
+    (:data:`~specrl.train.config.ENVS_FILE`) and restored on resume, so that a resumed run
+    steps on exactly as the run would have had it never stopped.
+
+    The envs are pickled whole, wrappers and all, but for two kinds of object, written as
+    references: the reward's reference (shared by the envs and checkpointed on its own; the
+    restored envs share the resuming run's), and the large values an env was built with and
+    still holds unchanged (the profile's cost tables, megabytes per env), which the restore
+    takes from the envs the resuming run built from the same config, each checked against
+    its digest.
+    """
+
+    LARGE = 64 * 1024
+    """Bytes pickled from which a value the envs were built with is referenced, not copied."""
+
+    def __init__(self, vec_env, reference: RateReference):
+        self.venv = vec_env.unwrapped  # the DummyVecEnv, under any VecNormalize
+        self.reference = reference
+        self.built: dict[int, tuple[int, int, str, str]] = {}
+        """``id`` of a large value an env was built with -> (env, layer, attribute, digest)."""
+        for i, env in enumerate(self.venv.envs):
+            for j, layer in enumerate(_layers(env)):
+                for name, value in vars(layer).items():
+                    if isinstance(value, (gym.Env, RateReference)):
+                        continue
+                    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                    if len(blob) >= self.LARGE:
+                        self.built[id(value)] = (i, j, name, hashlib.sha256(blob).hexdigest())
+
+    def dumps(self) -> bytes:
+        built, reference, unchanged = self.built, self.reference, {}
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                if obj is reference:
+                    return ("reference",)
+                where = built.get(id(obj))
+                if where is None:
+                    return None
+                if id(obj) not in unchanged:
+                    unchanged[id(obj)] = _digest(obj) == where[3]
+                return ("built", *where) if unchanged[id(obj)] else None
+
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(list(self.venv.envs))
+        return buffer.getvalue()
+
+    def restore(self, data: bytes, source: str, remedy: str) -> None:
+        """Put the envs pickled by :meth:`dumps` (in ``source``) in place of the ones built."""
+        fresh = [_layers(env) for env in self.venv.envs]
+        digests = {where[:3]: where[3] for where in self.built.values()}
+        reference = self.reference
+
+        class Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid):
+                if pid == ("reference",):
+                    return reference
+                _, i, j, name, digest = pid
+                if digests.get((i, j, name)) != digest:
+                    raise SpecrlError(
+                        f"{source}: the training envs this specrl builds from the run's "
+                        f"config differ from the ones it saved (their {name!r}); resume with "
+                        "the specrl that wrote it, or start a new run"
+                    )
+                return vars(fresh[i][j])[name]
+
+        try:
+            envs = Unpickler(io.BytesIO(data)).load()
+        except SpecrlError:
+            raise
+        except Exception as err:  # pickle raises whatever the objects it rebuilds raise
+            raise SpecrlError(f"{source}: not readable ({err!r}); {remedy}") from None
+        kinds = [[type(layer) for layer in layers] for layers in fresh]
+        if not isinstance(envs, list) or [[type(x) for x in _layers(e)] for e in envs] != kinds:
+            raise SpecrlError(
+                f"{source}: does not hold this run's {len(fresh)} training envs; {remedy}"
+            )
+        for env in envs:
+            env.unwrapped.env_seconds = 0.0  # timing counts this session's seconds
+        self.venv.envs[:] = envs
+
+
+def _env_streams(vec_env) -> list[dict]:
+    """Each live training env's random stream (its ``np_random``: workloads, traces and the
+    engine's per-request sampling seeds), as JSON."""
+    return [env.unwrapped.np_random.bit_generator.state for env in vec_env.unwrapped.envs]
+
+
+def _set_env_streams(vec_env, streams, source: str, remedy: str) -> None:
+    envs = vec_env.unwrapped.envs
+    if not isinstance(streams, list) or len(streams) != len(envs):
+        raise SpecrlError(
+            f"{source}: field 'env_streams' must hold one random state per training env "
+            f"({len(envs)}); {remedy}"
+        )
+    for env, state in zip(envs, streams):
+        generator = np.random.Generator(np.random.PCG64())
+        try:
+            generator.bit_generator.state = state
+        except (TypeError, ValueError, KeyError) as err:
+            raise SpecrlError(f"{source}: field 'env_streams': {err}; {remedy}") from None
+        env.unwrapped.np_random = generator
+
+
 @dataclass
 class Checkpoint:
     path: Path
@@ -682,11 +811,11 @@ def checkpoint_name(num_timesteps: int) -> str:
     return f"step-{num_timesteps:012d}"
 
 
-def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
-    """Save ``model`` (with its optimizer), ``state`` and the best evaluated model so far as
-    ``checkpoints/step-N``.
+def save_checkpoint(model, run_dir: Path, state: dict, envs: bytes | None = None) -> Path:
+    """Save ``model`` (with its optimizer), ``state``, the best evaluated model so far and
+    ``envs`` (:meth:`SurrogateEpisodes.dumps`, if given) as ``checkpoints/step-N``.
 
-    Both files are written into a hidden directory that is then renamed into place: a kill at
+    The files are written into a hidden directory that is then renamed into place: a kill at
     any moment leaves either the complete checkpoint or none (the previous ones untouched).
     """
     root = run_dir / CHECKPOINT_DIR
@@ -704,6 +833,8 @@ def save_checkpoint(model, run_dir: Path, state: dict) -> Path:
         # The best model so far travels with the checkpoint: a resume from here restores it,
         # not whatever a later, discarded stretch of training left in the run directory.
         write_atomic(partial / BEST_MODEL_FILE, best.read_bytes())
+    if envs is not None:
+        write_atomic(partial / ENVS_FILE, envs)
     body = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -739,7 +870,7 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
         obj,
         str(path / "state.json"),
         fmt=CHECKPOINT_FORMAT,
-        version=CHECKPOINT_VERSION,
+        version=(1, CHECKPOINT_VERSION),
         what="checkpoint state",
         remake=remedy,
     )
@@ -760,6 +891,12 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint:
     config = TrainConfig.from_json(obj.get("config"), source=f"{where}: config")
     if not (path / MODEL_FILE).is_file():
         raise SpecrlError(f"{where}: {MODEL_FILE} missing; {remedy}")
+    if obj["version"] == 1:
+        pass  # written before the training envs were checkpointed: see _resume_model
+    elif config.env == "surrogate" and not (path / ENVS_FILE).is_file():
+        raise SpecrlError(f"{where}: {ENVS_FILE} missing; {remedy}")
+    elif config.env == "live" and not isinstance(obj.get("env_streams"), list):
+        raise SpecrlError(f"{where}: field 'env_streams' missing or not a list; {remedy}")
     return Checkpoint(path=path, num_timesteps=steps, config=config, state=obj)
 
 
@@ -771,16 +908,42 @@ def _corrupt_remedy(path: Path) -> str:
     return f"it is the run's only checkpoint: delete {path.parent.parent} and start again"
 
 
-def _load_model(checkpoint: Checkpoint, vec_env):
+def _resume_model(checkpoint: Checkpoint, vec_env, episodes: SurrogateEpisodes | None):
+    """The checkpoint's model, training on ``vec_env`` with its envs where the checkpoint left
+    them: a surrogate run's mid-episode, as saved (and the model's last observation of them);
+    a live run's at fresh episodes drawn from their saved random streams (the engine's caches
+    and requests in flight are not saved); a version 1 checkpoint's at fresh episodes seeded
+    from ``(seed, timesteps)``."""
     from stable_baselines3 import PPO
 
+    remedy = _corrupt_remedy(checkpoint.path)
     try:
-        return PPO.load(checkpoint.model_path, env=vec_env, device="cpu")
+        # Loaded without the env: given one, SB3 queues the run's first seeds for its next
+        # reset, which would restart the envs' streams.
+        model = PPO.load(checkpoint.model_path, device="cpu", force_reset=False)
     except Exception as err:  # SB3 raises whatever zipfile, torch or pickle raise
         raise SpecrlError(
             f"checkpoint {checkpoint.path}: {MODEL_FILE} is not a readable SB3 model ({err}); "
-            f"{_corrupt_remedy(checkpoint.path)}"
+            f"{remedy}"
         ) from None
+    where = f"checkpoint {checkpoint.path}"
+    if checkpoint.state["version"] == 1:
+        warnings.warn(
+            f"{where} was written by an older specrl, without its training envs' episodes: "
+            "the run goes on from fresh episodes, not as it would have had it never stopped",
+            category=SpecrlWarning,
+            stacklevel=3,
+        )
+        seed = np.random.SeedSequence([checkpoint.config.seed, checkpoint.num_timesteps])
+        vec_env.seed(int(seed.generate_state(1)[0]))
+    elif episodes is not None:
+        episodes.restore(
+            (checkpoint.path / ENVS_FILE).read_bytes(), f"{where}: {ENVS_FILE}", remedy
+        )
+    else:
+        _set_env_streams(vec_env, checkpoint.state["env_streams"], where, remedy)
+    model.set_env(vec_env, force_reset=checkpoint.state["version"] == 1 or episodes is None)
+    return model
 
 
 # ----------------------------------------------------------------------------- callbacks
@@ -792,8 +955,13 @@ class _RunState:
 
     run_dir: Path
     config: TrainConfig
+    profile_sha256: str
+    """Of the profile file the run trains on, checkpointed: a resume on a changed one is
+    refused."""
     evaluation: Evaluation
     reference: RateReference
+    episodes: SurrogateEpisodes | None
+    """The surrogate's training envs to checkpoint; None live."""
     wandb_id: str | None
     eval_history: list[dict]
     next_eval: int
@@ -810,9 +978,10 @@ class _RunState:
     """The best evaluation so far (:meth:`EvalResult.to_json`); its model is
     ``BEST_MODEL_FILE``."""
 
-    def checkpoint_state(self, vec_env) -> dict:
-        return {
+    def save_checkpoint(self, model, vec_env) -> Path:
+        state = {
             "config": self.config.to_json(),
+            "profile_sha256": self.profile_sha256,
             "rng": _rng_state(),
             "vec_normalize": _vec_normalize_state(vec_env),
             "reference": self.reference.to_json(),
@@ -821,6 +990,10 @@ class _RunState:
             "warm_start": self.warm_start,
             "best": self.best,
         }
+        if self.episodes is None:
+            state["env_streams"] = _env_streams(vec_env)
+            return save_checkpoint(model, self.run_dir, state)
+        return save_checkpoint(model, self.run_dir, state, self.episodes.dumps())
 
     def evaluate(self, model, logger) -> EvalResult:
         start = time.perf_counter()
@@ -890,7 +1063,7 @@ def _callbacks(run: _RunState, *, progress: bool) -> list:
                 run.next_eval = _next_multiple(steps, run.config.eval_every)
             if steps >= run.next_checkpoint:
                 start = time.perf_counter()
-                save_checkpoint(self.model, run.run_dir, run.checkpoint_state(self.training_env))
+                run.save_checkpoint(self.model, self.training_env)
                 run.checkpoint_s += time.perf_counter() - start
                 run.next_checkpoint = _next_multiple(steps, run.config.checkpoint_every)
 
@@ -982,9 +1155,16 @@ def _check_resumable(config: TrainConfig, checkpoint: Checkpoint) -> None:
             f" (a resumed run may change only {', '.join(RESUMABLE_CHANGES)}); start a new "
             "run instead"
         )
+    run_dir = checkpoint.path.parent.parent
+    profile, trained_on = _profile_path(config), checkpoint.state.get("profile_sha256")
+    if trained_on is not None and profile.is_file() and _sha256(profile) != trained_on:
+        raise SpecrlError(
+            f"cannot resume {run_dir}: its profile {profile} has changed since the checkpoint "
+            f"at step {checkpoint.num_timesteps:,}, and the run goes on as it trained, on the "
+            "profile as it was; put that file back, or start a new run"
+        )
     if checkpoint.num_timesteps < config.total_timesteps:
         return
-    run_dir = checkpoint.path.parent.parent
     if not (run_dir / SUMMARY_FILE).is_file():
         raise SpecrlError(
             f"{run_dir} was stopped after its final checkpoint ({checkpoint.num_timesteps} "
@@ -1155,11 +1335,12 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
     :param config: the run; ``config.out`` is the run directory.
     :param resume: continue the run in ``config.out`` from its newest checkpoint, up to
         ``config.total_timesteps``: model, optimizer, reward-normalisation statistics,
-        timestep count and global RNG state come back; the training envs start fresh
-        episodes from a seed derived from ``(seed, timesteps)`` (the episodes cut by the stop
-        are not replayed). Only :data:`~specrl.train.config.RESUMABLE_CHANGES` may differ
-        from the checkpoint's config. Nothing is written before the checkpoint has been read
-        and the model loaded.
+        reward reference, timestep count and global RNG state come back, and so do the
+        surrogate's training envs, mid-episode: a resumed surrogate run trains exactly as the
+        run would have had it never stopped. Live, the envs start fresh episodes from their
+        saved random streams (see :func:`_resume_model`). Only
+        :data:`~specrl.train.config.RESUMABLE_CHANGES` may differ from the checkpoint's
+        config. Nothing is written before the checkpoint has been read and the model loaded.
     :param progress: show a progress bar.
     :param callbacks: more SB3 callbacks to run.
     """
@@ -1183,14 +1364,13 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         )
     reference = new_reference(config, profile)
     vec_env = _make_vec_env(config, profile, reference)
+    episodes = SurrogateEpisodes(vec_env, reference) if config.env == "surrogate" else None
     if checkpoint is not None:
-        model = _load_model(checkpoint, vec_env)
+        model = _resume_model(checkpoint, vec_env, episodes)
         _set_rng_state(checkpoint.state["rng"])
         reference.load_json(checkpoint.state["reference"], f"checkpoint {checkpoint.path}")
         if checkpoint.state.get("vec_normalize"):
             _set_vec_normalize_state(vec_env, checkpoint.state["vec_normalize"])
-        seed = np.random.SeedSequence([config.seed, checkpoint.num_timesteps])
-        vec_env.seed(int(seed.generate_state(1)[0]))
         wandb_id = checkpoint.state.get("wandb_id")
         history = list(checkpoint.state["eval_history"])
         cloned = checkpoint.state.get("warm_start")
@@ -1226,8 +1406,10 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
     run = _RunState(
         run_dir=run_dir,
         config=config,
+        profile_sha256=_sha256(profile_path),
         evaluation=Evaluation(config, profile),
         reference=reference,
+        episodes=episodes,
         wandb_id=wandb_id,
         eval_history=history,
         next_eval=_next_multiple(start_steps, config.eval_every) if config.eval_every else 0,
@@ -1267,7 +1449,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
             "version": SUMMARY_VERSION,
             "num_timesteps": model.num_timesteps,
             "profile": str(profile_path),
-            "profile_sha256": hashlib.sha256(profile_path.read_bytes()).hexdigest(),
+            "profile_sha256": run.profile_sha256,
             "wandb_id": run.wandb_id,
             "final_eval": final.to_json(),
             "model_eval": run.best,
@@ -1280,7 +1462,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         # After the summary, which marks the run finished: a checkpoint at the total with no
         # summary beside it would be a run that neither --resume nor export could finish.
         # Stopped here, the run is finished; a longer one goes on from the checkpoint before.
-        save_checkpoint(model, run_dir, run.checkpoint_state(vec_env))
+        run.save_checkpoint(model, vec_env)
     finally:
         vec_env.close()
         if logger is not None:
