@@ -79,6 +79,13 @@ def _step(n: int, text: str) -> None:
     _say(f"\n[{n}/6] {text}")
 
 
+def cached_profile_path(fingerprint: dict, cache: Path) -> Path:
+    """Where a demo keeps the profile it measured for the device and pair of ``fingerprint``
+    (:func:`~specrl.profile.fingerprint.pair_fingerprint`) in its cache folder."""
+    hard = {k: fingerprint.get(k) for k in ("device", "target_sha256", "draft_sha256")}
+    return cache / f"profile-{hashlib.sha256(json.dumps(hard).encode()).hexdigest()[:12]}.json"
+
+
 def _choose_profile(pair, options: DemoOptions, cache: Path):
     """(profile, path, how): the shipped profile if its fingerprint matches, else a cached
     one that does, else a new measurement."""
@@ -87,10 +94,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint, profile_threads
 
     fp = pair_fingerprint(pair, k_max=4, device=options.device)
-    key = hashlib.sha256(
-        json.dumps({k: fp.get(k) for k in ("device", "target_sha256", "draft_sha256")}).encode()
-    ).hexdigest()[:12]
-    cached = cache / f"profile-{key}.json"
+    cached = cached_profile_path(fp, cache)
     candidates = [] if options.measure else [default_profile_path(), cached]
     for path in candidates:
         if not Path(path).is_file():

@@ -1,16 +1,103 @@
 """``specrl demo`` end to end on the micro pair at a tiny budget: every step runs, every
-artifact is written and readable, and a second run reuses the profile and the training."""
+artifact is written and readable, the tables are printed, and a second run reuses the profile
+and the training. One run with a tiny profile is in the default suite; the runs that measure
+the demo's own profile are marked slow."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from specrl.pipeline import DemoOptions, run_demo
+from specrl.pipeline import SURROGATE_WORKLOADS, DemoOptions, cached_profile_path, run_demo
 from specrl.table import load_table
 
-pytestmark = pytest.mark.slow  # 2-5 minutes on 2 cores; run with `pytest -m slow`
+PLOTS = ("buckets-live", "buckets-surrogate-mixed", "table", "training", "k-over-time-ramp")
+"""The PNG plots a demo writes into its run folder."""
+
+
+def test_demo_writes_every_artifact_and_prints_the_tables(
+    micro_pair, micro_pair_paths, tmp_path, monkeypatch, capsys
+):
+    """The whole job at a tiny budget, about 45 s on 2 cores: the micro pair, a profile
+    measured here at a tiny grid (batch 1-2, one repetition, 2 acceptance rows) and left in
+    the demo's cache as an earlier demo leaves one, PPO for one rollout (2,048 steps), batches
+    up to 2."""
+    from specrl.profile import pair_fingerprint
+    from specrl.profile.measure import measure_profile
+    from specrl.train.config import SUMMARY_FILE
+
+    home = Path(micro_pair_paths.target_path).parents[2]  # HOME/pairs/micro/target
+    monkeypatch.setenv("SPECRL_HOME", str(home))  # the demo builds nothing: it is built there
+    cached = cached_profile_path(pair_fingerprint(micro_pair, k_max=4), tmp_path / "demo-cache")
+    measure_profile(
+        micro_pair,
+        k_max=4,
+        batch_sizes=(1, 2),
+        contexts=(16, 64),
+        reps=1,
+        acceptance_rows=2,
+        acceptance_tokens=40,
+        progress=False,
+    ).save(cached)
+    options = DemoOptions(
+        out=str(tmp_path),
+        preset="micro",
+        timesteps=512,
+        surrogate_episodes=1,
+        live_requests=4,
+        max_batch=2,
+        n_requests=8,
+        wandb="offline",
+        progress=False,
+    )
+    result = run_demo(options)
+    printed = capsys.readouterr().out
+    run = result.run_dir
+    summary = json.loads((run / "demo.json").read_text())
+    assert (summary["profile_how"], result.profile_path) == ("reused", cached)
+    assert summary["training"] == "trained" and (result.train_dir / SUMMARY_FILE).is_file()
+    assert result.train_dir.parent == tmp_path / "demo-cache"
+
+    reports = [f"surrogate-{w}" for w in SURROGATE_WORKLOADS] + ["live-mixed"]
+    exports = []
+    for fmt in ("vllm", "trtllm"):  # either written or said why not (a table that never drafts)
+        written = (run / f"table-{fmt}.json").is_file()
+        assert written != (f"  {fmt}: not written: " in printed), fmt
+        exports += [f"table-{fmt}.json"] if written else []
+    assert sorted(p.name for p in run.iterdir()) == sorted(
+        ["demo.json", "table.json", *exports, "plots", "wandb"]
+        + [f"compare-{r}.{ext}" for r in reports for ext in ("json", "csv")]
+        + [f"{name}.png" for name in PLOTS]
+    )
+    assert load_table(run / "table.json").max_batch == 2
+    assert sorted(p.name for p in (run / "plots").iterdir()) == sorted(
+        f"{run.name}-{r}-buckets.png" for r in reports
+    )
+    for png in [run / f"{name}.png" for name in PLOTS] + list((run / "plots").iterdir()):
+        assert png.read_bytes()[:4] == b"\x89PNG", png
+    results = {r: json.loads((run / f"compare-{r}.json").read_text())["results"] for r in reports}
+    # wandb: a run per policy and a summary run per comparison, in a group each.
+    assert summary["wandb_groups"] == [f"{run.name}-{r}" for r in reports]
+    runs = list((run / "wandb").glob("offline-run-*"))
+    assert len(runs) == sum(len(policies) + 1 for policies in results.values())
+    assert summary["artifacts"]["wandb runs"] == str(run / "wandb")
+
+    live = [r["policy"] for r in results["live-mixed"]]
+    assert live[0] == "off" and live[-2:] == ["goodput", "lookup:table.json"]
+    surrogate = printed.index("surrogate, workload mixed, 1 held-out episodes:\n| policy |")
+    at_live = printed.index("live on this machine, 2 held-out mixed traces of 4 requests:\n")
+    live_printed = printed[at_live : printed.index(f"wrote {run}/:")]
+    assert surrogate < at_live
+    for name in live:
+        assert f"\n| {name} | " in live_printed
+    for row in results["surrogate-mixed"]:
+        assert f"\n| {row['policy']} | " in printed[surrogate:at_live]
+    assert "best static policy, among off, K=1, K=2, K=3, K=4: " in printed[surrogate:at_live]
+    # Live: off, the surrogate's best static K unless that is off, goodput and the table; a
+    # best static policy is named only where a K ran beside off.
+    assert ("best static policy, among off, K=" in live_printed) == (len(live) == 4)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +117,8 @@ def demos(tmp_path_factory):
     return run_demo(options), run_demo(options)
 
 
-def test_demo_writes_every_artifact(demos):
+@pytest.mark.slow  # 2-5 minutes on 2 cores, the demo's own profile measured
+def test_demo_measures_its_profile_and_writes_every_artifact(demos):
     first, _ = demos
     run = first.run_dir
     summary = json.loads((run / "demo.json").read_text())
@@ -54,6 +142,7 @@ def test_demo_writes_every_artifact(demos):
     assert list((run / "wandb").glob("offline-run-*"))
 
 
+@pytest.mark.slow
 def test_a_second_demo_reuses_the_profile_and_the_training(demos):
     first, second = demos
     summary = json.loads((second.run_dir / "demo.json").read_text())
