@@ -209,7 +209,7 @@ def validate(args: argparse.Namespace) -> int:
         checks = []
 
         def check(checks=checks):
-            checks.append(check_freshness(profile, pair, device=args.device, seed=len(checks)))
+            checks.append(check_freshness(profile, pair, device=args.device))
 
         live_runs: dict[str, list] = {p.name: [] for p in policies}
         for i, live in enumerate(lives):

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from specrl.errors import SpecrlError
-from specrl.profile import check_compatible, load_profile, pair_fingerprint
+from specrl.profile import check_compatible, load_profile, measure, pair_fingerprint
 from specrl.profile.measure import conditional_rates, format_table, measure_profile
 from specrl.profile.synthetic import expected_tokens_per_row, linear_profile
 
@@ -49,6 +49,11 @@ def test_round_trip_with_a_level_drift_and_without(tmp_path):
     obj.pop("level_drift")  # profiles written before the field: fixed levels
     (tmp_path / "old.json").write_text(json.dumps(obj))
     assert load_profile(tmp_path / "old.json").level_drift is None
+
+
+def _cells(value: float, k_max: int = 4) -> list[list[float]]:
+    """A ``cell_s`` or ``cell_spread`` table of linear_profile's grid (8 batch sizes)."""
+    return [[value] * (k_max + 1) for _ in range(8)]
 
 
 def _bad(tmp_path, edit) -> str:
@@ -132,6 +137,34 @@ def _bad(tmp_path, edit) -> str:
         (
             lambda p: p["time_log_sigma"].__setitem__(0, 1e6),
             r"time_log_sigma: 1000000\.0 is above 2\.0 .*not a measurement",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.01)),
+            r"missing field 'cell_spread' \(cell_s and cell_spread come together\)",
+        ),
+        (
+            lambda p: p.update(cell_spread=_cells(0.02)),
+            r"missing field 'cell_s' \(cell_s and cell_spread come together\)",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.01)[:-1], cell_spread=_cells(0.02)),
+            r"cell_s: expected a list of 8, got 7",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.01), cell_spread=_cells(0.02, k_max=3)),
+            r"cell_spread\[0\]: expected a list of 5, got 4",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.0), cell_spread=_cells(0.02)),
+            r"cell_s: step times must be > 0",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.01), cell_spread=_cells(7.0)),
+            r"cell_spread: 7\.0 is above 2\.0, not a measurement",
+        ),
+        (
+            lambda p: p.update(cell_s=_cells(0.01), cell_spread=_cells(-0.1)),
+            r"cell_spread\[0\]\[0\]: expected a finite number >= 0, got -0\.1",
         ),
     ],
 )
@@ -332,7 +365,27 @@ def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
     message = stale.message("p.json")
     assert "up to 80% (batch 64, K=4: 180.00 ms now, 100.00 ms" in message
     assert "specrl profile --out" in message
-    assert stale.format().splitlines()[2] == "| 1 | 0 | nan | 10.00 | 11.00 | 1.10 |"
+    assert stale.format().splitlines()[2] == "| 1 | 0 | nan | 10.00 | 11.00 | 1.10 | 15% |"
+
+
+def test_a_cell_is_judged_within_the_tolerance_of_its_own_spread():
+    from specrl.profile.freshness import CellCheck, FreshnessReport, cell_tolerance
+
+    # Three spreads, within a floor of 5% and a ceiling of 15%.
+    assert cell_tolerance(0.0) == 0.05
+    assert cell_tolerance(0.03) == pytest.approx(0.09)
+    assert cell_tolerance(0.2) == 0.15
+    # 8% off: stale for a quiet cell (spread 1%: tolerance 5%), fresh for a noisy one.
+    quiet = CellCheck(1, 0, 0.010, 0.0108, tolerance=cell_tolerance(0.01))
+    noisy = CellCheck(8, 0, 0.010, 0.0108, tolerance=cell_tolerance(0.04))
+    assert not FreshnessReport([quiet]).fresh and FreshnessReport([noisy]).fresh
+    # The worst cell is the one furthest outside its own tolerance, not the largest ratio.
+    report = FreshnessReport([noisy, CellCheck(64, 4, 0.010, 0.0107, tolerance=0.05)])
+    assert report.worst.batch == 64 and not report.fresh
+    assert "tolerance 5%" in report.message("p.json")
+    assert report.summary() == (
+        "2 cells: median |now / profile - 1| 7.5%, largest 8.0% (batch 8, K=0: ratio 1.080)"
+    )
 
 
 def test_the_remeasure_command_names_the_pair_it_measures():
@@ -360,7 +413,8 @@ def test_freshness_compares_each_cell_at_the_context_it_timed(micro_pair):
     profile = linear_profile(contexts=(200.0, 400.0), verify_kv_s=2e-5)
     profile.meta["prompt_lengths"] = [16]
     report = check_freshness(profile, micro_pair)
-    assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8, 64) for k in (0, 4)]
+    assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8, 64) for k in range(5)]
+    assert all(c.tolerance == 0.15 for c in report.cells)  # no spread recorded: the default
     costs = StepCosts(profile, max_batch=64, max_len=512, k_max=4)
     for cell in report.cells:
         assert 16 < cell.context < 200  # the prompt plus what the check generated
@@ -516,3 +570,107 @@ def test_prefill_costs_run_from_0_tokens_through_the_measured_points():
     assert [costs.prefill_s[t] for t in (0, 5, 10, 15, 30)] == pytest.approx(
         [0.0, 0.5, 1.0, 1.25, 2.0]
     )
+
+
+def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micro_pair):
+    from specrl.profile.measure import time_cells
+    from specrl.workload.prompts import token_streams
+
+    streams = token_streams(micro_pair.tokenizer)
+    kw = {"k_max": 2, "reps": 2, "device": "cpu", "seed": 7}
+    both = time_cells(micro_pair, streams, [(1, 8), (2, 8), (2, 24)], **kw)
+    alone = time_cells(micro_pair, streams, [(2, 8)], **kw)
+
+    def trajectory(samples):
+        return [(s["k"], s["context"], s["committed"], s["catchup_tokens"]) for s in samples]
+
+    # The same rows: every step at the same K, context and committed count.
+    assert trajectory(both[2, 8]) == trajectory(alone[2, 8])
+    assert len(both[2, 8]) == 1 + measure.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
+    other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8})
+    assert trajectory(other[2, 8]) != trajectory(alone[2, 8])
+
+
+def test_a_profile_reads_fresh_right_after_it_is_measured(micro_pair_paths, tmp_path, capsys):
+    from specrl.cli import main
+
+    out = str(tmp_path / "p.json")
+    pair = ["--target", micro_pair_paths.target_path, "--draft", micro_pair_paths.draft_path]
+    grid = ["--batch-sizes", "1,8", "--contexts", "8,40", "--reps", "3", "--k-max", "2"]
+    assert (
+        main(["profile", *pair, *grid, "--acceptance-rows", "2", "--threads", "1", "--out", out])
+        == 0
+    )
+    profile = load_profile(out)
+    assert len(profile.cell_s) == 2 and len(profile.cell_spread[0]) == 3
+    capsys.readouterr()
+    assert main(["profile", *pair, "--check", out]) == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fresh: every cell within its tolerance" in printed
+    assert "timed now with 1 torch thread(s)" in printed
+    # Every K of both batch sizes, each against the profile's own cell median.
+    rows = [line for line in printed.splitlines() if line.startswith("| ") and "batch" not in line]
+    assert [tuple(r.split(" | ")[:2]) for r in rows] == [
+        (f"| {b}", str(k)) for b in (1, 8) for k in range(3)
+    ]
+    for row, (bi, k) in zip(rows, [(b, k) for b in range(2) for k in range(3)]):
+        assert float(row.split(" | ")[3]) == pytest.approx(profile.cell_s[bi][k] * 1e3, abs=0.006)
+
+
+def test_check_refuses_another_thread_count(micro_pair_paths, tmp_path, capsys):
+    from specrl.cli import main
+
+    profile = linear_profile()
+    profile.fingerprint = {**profile.fingerprint, "threads": 1}
+    profile.save(tmp_path / "p.json")
+    pair = ["--target", micro_pair_paths.target_path, "--draft", micro_pair_paths.draft_path]
+    assert main(["profile", *pair, "--check", str(tmp_path / "p.json"), "--threads", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "was measured with 1 torch thread(s); --threads 2 would time something else" in err
+
+
+def test_a_profile_takes_acceptance_from_a_profile_of_the_same_weights(micro_pair, monkeypatch):
+    tiny = {"batch_sizes": (1, 2), "contexts": (8, 40), "reps": 1, "progress": False}
+    first = measure_profile(micro_pair, k_max=2, acceptance_rows=2, acceptance_tokens=24, **tiny)
+    measured = []
+    monkeypatch.setattr(measure, "_acceptance", lambda *a, **k: measured.append(1))
+    second = measure_profile(
+        micro_pair,
+        k_max=2,
+        acceptance_rows=2,
+        acceptance_tokens=24,
+        acceptance_from=first,
+        acceptance_source="first.json",
+        **tiny,
+    )
+    assert measured == []  # nothing decoded for acceptance
+    for name in measure.ACCEPTANCE_FIELDS:
+        assert getattr(second, name) == getattr(first, name), name
+    assert second.meta["acceptance_from"] == {
+        "file": "first.json",
+        "created": first.meta["created"],
+        "device": first.fingerprint["device"],
+    }
+    # Goodput by K comes from the acceptance taken and the step times measured now.
+    groups = [rates for by_band in first.acceptance.values() for rates in by_band.values()]
+    per_row = sum(expected_tokens_per_row(rates, 2) for rates in groups) / len(groups)
+    assert second.tokens_per_s[0][2] == pytest.approx(per_row / second.step_seconds(0, 2, 0))
+
+    def refused(source, message, **kw):
+        with pytest.raises(SpecrlError, match=message):
+            measure_profile(
+                micro_pair,
+                **{"k_max": 2, "acceptance_rows": 2, "acceptance_tokens": 24, **kw},
+                acceptance_from=source,
+                acceptance_source="first.json",
+                **tiny,
+            )
+
+    other = copy.deepcopy(first)
+    other.fingerprint["draft_sha256"] = "0" * 64
+    refused(other, r"^first\.json: measured on another draft .*acceptance belongs to the pair")
+    refused(first, r"^first\.json: its k_max is 2, this profile's is 3", k_max=3)
+    refused(first, r"its acceptance_rows is 2, this profile's is 384", acceptance_rows=384)
+    gpu = copy.deepcopy(first)
+    gpu.fingerprint["device"] = "cuda: NVIDIA H200"
+    refused(gpu, r"its device kind is 'cuda', this profile's is 'cpu'")

@@ -320,7 +320,7 @@ def test_profile_pair_options_go_together(micro_pair_paths, tmp_path, capsys):
 def _stale(source: Path, out: Path, factor: float) -> None:
     """A copy of profile ``source`` whose step times are ``factor`` times its own."""
     data = json.loads(source.read_text())
-    for key in ("verify_s", "draft_s", "overhead_s"):
+    for key in ("verify_s", "draft_s", "overhead_s", "cell_s"):
         data[key] = (np.asarray(data[key]) * factor).tolist()
     out.write_text(json.dumps(data))
 

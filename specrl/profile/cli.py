@@ -30,8 +30,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--check",
         metavar="PROFILE.json",
-        help="time a few cells now (10-15 s) and print them beside the profile's figures; "
-        "exit 1 when a step time differs by more than 15%%",
+        help="time a few cells now (15-25 s) by the profile's own procedure and print them "
+        "beside its figures; exit 1 when a cell is outside its tolerance (3 times its measured "
+        "spread, 5-15%%)",
+    )
+    parser.add_argument(
+        "--all-cells",
+        action="store_true",
+        help="with --check: time every batch size of the grid up to 64 (about a minute) and "
+        "print the median and largest |now / profile - 1| over the cells",
     )
     parser.add_argument(
         "--preset",
@@ -57,6 +64,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="requests decoded per domain and temperature band (default 384; with --prompts, "
         "sampled bands cycle through their prompts to reach it, greedy ones decode each once)",
+    )
+    parser.add_argument(
+        "--acceptance-from",
+        metavar="PROFILE.json",
+        help="take acceptance from this profile of the same weights (measured on any machine "
+        "of the same device kind) and measure only the step times: a few minutes faster",
     )
     parser.add_argument(
         "--device", type=options.device, default="cpu", help="cpu, cuda or cuda:N (default cpu)"
@@ -97,12 +110,16 @@ def run(args: argparse.Namespace) -> int:
     from specrl.profile.measure import format_table
     from specrl.profile.schema import load_profile
 
+    if args.all_cells and not args.check:
+        from specrl.errors import SpecrlError
+
+        raise SpecrlError("--all-cells goes with --check PROFILE.json")
+    if args.check:
+        return _check(args)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    if args.check:
-        return _check(args)
     if args.show:
         profile = load_profile(args.show)
     else:
@@ -111,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         from specrl.workload.user_prompts import load_prompts
 
         prompts = load_prompts(args.prompts) if args.prompts else None
+        source = load_profile(args.acceptance_from) if args.acceptance_from else None
         check_output(args.out, "--out")  # before measuring, not after it
         pair = _load_pair(args)
         profile = measure_profile(
@@ -124,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
             acceptance_rows=args.acceptance_rows or ACCEPTANCE_ROWS,
             preset=None if args.target else _preset(args),
             prompts=prompts,
+            acceptance_from=source,
+            acceptance_source=args.acceptance_from,
         )
         profile.save(args.out)
         print(f"wrote {args.out} ({profile.meta['duration_s']} s)")
@@ -194,10 +214,19 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
 def _check(args: argparse.Namespace) -> int:
     from specrl.errors import SpecrlError
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
-    from specrl.profile.freshness import TOLERANCE, check_freshness
+    from specrl.profile.freshness import ALL_CELLS_MAX_BATCH, check_freshness
     from specrl.profile.schema import load_profile
 
     profile = load_profile(args.check)
+    measured_with = profile.fingerprint.get("threads")
+    if args.threads and measured_with and args.threads != measured_with:
+        # Step times hold only at the thread count they were measured with.
+        raise SpecrlError(
+            f"{args.check} was measured with {measured_with} torch thread(s); --threads "
+            f"{args.threads} would time something else: drop --threads (the check runs at "
+            f"{measured_with}) or measure a profile at {args.threads} with `specrl profile "
+            f"--threads {args.threads} --out PROFILE.json`"
+        )
     threads = use_profile_threads(profile, args.threads)
     pair, remeasure = _check_pair(args, profile, args.check)
     here = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
@@ -223,15 +252,19 @@ def _check(args: argparse.Namespace) -> int:
         )
     # Same weights; the device is reported above, so only versions and threads may warn.
     check_compatible(profile, {**here, "device": theirs.get("device")}, source=args.check)
-    report = check_freshness(profile, pair, device=args.device, seed=args.seed)
+    batches = None
+    if args.all_cells:
+        batches = [b for b in profile.batch_sizes if b <= ALL_CELLS_MAX_BATCH]
+    report = check_freshness(profile, pair, device=args.device, batches=batches)
     print(
         f"{args.check} (measured {profile.meta.get('created', '?')} on "
         f"{theirs.get('device')}), timed now with {threads} torch thread(s) in "
         f"{report.seconds:.1f} s:"
     )
     print(report.format())
+    print(report.summary())
     if report.fresh:
-        print(f"fresh: every cell within {TOLERANCE:.0%} of the profile")
+        print("fresh: every cell within its tolerance")
         return 0
     print(report.message(args.check, remeasure))
     return 1

@@ -17,12 +17,28 @@ import numpy as np
 from specrl.errors import SpecrlError, SpecrlWarning
 
 TOLERANCE = 0.15
-"""Largest accepted |measured / profile - 1| of a cell's step time."""
+"""Largest accepted |measured / profile - 1| of a cell's step time: the tolerance of a profile
+that records no spread, and the most any cell's own tolerance may be."""
+TOLERANCE_FLOOR = 0.05
+"""The least a cell's tolerance may be: the machine's speed drifts between minutes by more
+than one run's samples spread."""
+NOISE_SIGMAS = 3.0
+"""A cell is stale when its median moves by more than this many of its measured spreads."""
 CHECK_BATCHES = (1, 8, 64)
 """Batch sizes timed (those of the profile's grid; the largest grid size if none is)."""
 CHECK_ROUNDS = 2
+"""Rounds timed for a profile that does not record its own ``reps``."""
+ALL_CELLS_MAX_BATCH = 64
+"""``specrl profile --check --all-cells`` times every grid batch size up to this one."""
 REMEASURE = "specrl profile --out PROFILE.json"
 """The command that measures the default pair (see :func:`remeasure_command` for others)."""
+
+
+def cell_tolerance(spread: float) -> float:
+    """The largest |measured / profile - 1| that a cell of measured ``spread`` (robust standard
+    deviation of its steps' log time) accepts: :data:`NOISE_SIGMAS` spreads, within
+    [:data:`TOLERANCE_FLOOR`, :data:`TOLERANCE`]."""
+    return min(TOLERANCE, max(TOLERANCE_FLOOR, NOISE_SIGMAS * spread))
 
 
 def remeasure_command(pair=None, prompts: str | None = None) -> str:
@@ -54,14 +70,22 @@ class CellCheck:
     batch: int
     k: int
     profile_s: float
-    """The profile's step time at ``context`` (:func:`profile_step_s`)."""
+    """The profile's step time: its cell median (``cell_s``), or, for a profile without one,
+    its table at ``context`` (:func:`profile_step_s`)."""
     measured_s: float
     context: float = float("nan")
     """Mean context (longest row) of the timed steps."""
+    tolerance: float = TOLERANCE
+    """Largest accepted |ratio - 1| (:func:`cell_tolerance` of the profile's spread)."""
 
     @property
     def ratio(self) -> float:
         return self.measured_s / self.profile_s
+
+    @property
+    def off(self) -> float:
+        """|ratio - 1| as a share of the tolerance: above 1 is stale."""
+        return abs(self.ratio - 1) / self.tolerance
 
 
 @dataclass
@@ -72,23 +96,33 @@ class FreshnessReport:
 
     @property
     def worst(self) -> CellCheck:
-        return max(self.cells, key=lambda c: abs(c.ratio - 1))
+        """The cell furthest outside (or least inside) its tolerance."""
+        return max(self.cells, key=lambda c: c.off)
 
     @property
     def fresh(self) -> bool:
-        return abs(self.worst.ratio - 1) <= TOLERANCE
+        return self.worst.off <= 1
 
     def format(self) -> str:
         lines = [
-            "| batch | K | context | profile ms | now ms | now / profile |",
-            "|---|---|---|---|---|---|",
+            "| batch | K | context | profile ms | now ms | now / profile | tolerance |",
+            "|---|---|---|---|---|---|---|",
         ]
         for c in self.cells:
             lines.append(
                 f"| {c.batch} | {c.k} | {c.context:.0f} | {c.profile_s * 1e3:.2f} | "
-                f"{c.measured_s * 1e3:.2f} | {c.ratio:.2f} |"
+                f"{c.measured_s * 1e3:.2f} | {c.ratio:.2f} | {c.tolerance:.0%} |"
             )
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """The median and largest |now / profile - 1| over the cells, and where the largest is."""
+        errors = [abs(c.ratio - 1) for c in self.cells]
+        top = max(self.cells, key=lambda c: abs(c.ratio - 1))
+        return (
+            f"{len(self.cells)} cells: median |now / profile - 1| {float(np.median(errors)):.1%}, "
+            f"largest {max(errors):.1%} (batch {top.batch}, K={top.k}: ratio {top.ratio:.3f})"
+        )
 
     def message(self, source: str, remeasure: str = REMEASURE) -> str:
         """Why the profile is stale, and ``remeasure``: the command that measures it again."""
@@ -96,8 +130,8 @@ class FreshnessReport:
         return (
             f"{source}: step times here differ from the profile's by up to "
             f"{abs(w.ratio - 1):.0%} (batch {w.batch}, K={w.k}: {w.measured_s * 1e3:.2f} ms now, "
-            f"{w.profile_s * 1e3:.2f} ms in the profile; tolerance {TOLERANCE:.0%}). The machine "
-            f"is not the one, or not at the speed, it was measured at; re-measure with "
+            f"{w.profile_s * 1e3:.2f} ms in the profile; tolerance {w.tolerance:.0%}). The "
+            f"machine is not the one, or not at the speed, it was measured at; re-measure with "
             f"`{remeasure}`"
         )
 
@@ -112,48 +146,56 @@ def profile_step_s(profile, batch_index: int, k: int, context: float) -> float:
     return float(interp_linear(np.array([float(context)]), profile.contexts, per_context)[0])
 
 
-def check_freshness(profile, pair, *, device: str = "cpu", seed: int = 0) -> FreshnessReport:
-    """Time K=0 and K=k_max steps at a few batch sizes of ``profile``'s grid with ``pair`` and
-    return them beside the profile's step times at the same context (the cells are built as
-    the profiler builds them, from its shortest prompt length).
+def check_freshness(
+    profile, pair, *, device: str = "cpu", batches: list[int] | None = None
+) -> FreshnessReport:
+    """Time ``batches`` (default: :data:`CHECK_BATCHES` of ``profile``'s grid) at the profile's
+    shortest prompt length with ``pair``, by the profile's own procedure
+    (:func:`specrl.profile.measure.time_cells`, its ``reps`` and ``seed``), and return every
+    K beside the profile's figure.
 
-    Why at the same context: a profile's shortest-context figure is the mean over a cell's
-    life, which the profiler runs for more rounds than this check; compared with it, a check
-    a few minutes after the profile read batch 64 at K=0 20-24% fast (contexts 40 against
-    66), and refused a fresh profile."""
+    A profile measured on the held-out corpus that records its cells (``cell_s``) is
+    compared cell for cell: the check rebuilds those cells row for row, so each is timed at
+    the same contexts as the profile timed it, within the tolerance of its own spread
+    (:func:`cell_tolerance`). Any other profile (measured on a prompts file, or from before
+    cells were recorded) is compared with its tables at the context the check timed
+    (:func:`profile_step_s`), within :data:`TOLERANCE`."""
     import time
 
-    from specrl.profile.measure import _Cell
+    from specrl.profile.measure import cell_statistics, time_cells
     from specrl.workload.prompts import token_streams
 
     started = time.perf_counter()
     grid = profile.batch_sizes
-    batches = [b for b in CHECK_BATCHES if b in grid] or [grid[-1]]
+    if batches is None:
+        batches = [b for b in CHECK_BATCHES if b in grid] or [grid[-1]]
+    if not set(batches) <= set(grid):
+        raise SpecrlError(f"check_freshness: batches {batches} are not all in the grid {grid}")
     context = int((profile.meta.get("prompt_lengths") or [16])[0])
-    streams = token_streams(pair.tokenizer)
-    rng = np.random.default_rng(seed)
-    kw = {"k_max": profile.k_max, "reps": CHECK_ROUNDS, "device": device, "rng": rng}
-    _Cell(pair, streams, batch=batches[0], context=context, **kw).run_round()  # warm-up
+    by_cell = profile.cell_s is not None and profile.meta.get("prompts") is None
+    samples = time_cells(
+        pair,
+        token_streams(pair.tokenizer),
+        [(b, context) for b in batches],
+        k_max=profile.k_max,
+        reps=int(profile.meta.get("reps") or CHECK_ROUNDS),
+        device=device,
+        seed=int(profile.meta.get("seed") or 0),
+    )
     report = FreshnessReport()
-    cells = {b: _Cell(pair, streams, batch=b, context=context, **kw) for b in batches}
-    for _ in range(CHECK_ROUNDS):
-        for cell in cells.values():
-            cell.run_round()
-    for b, cell in cells.items():
+    for b in batches:
         bi = grid.index(b)
-        for k in (0, profile.k_max):
-            timed = [s for s in cell.samples if s["k"] == k and s["catchup_tokens"] == 0]
-            times = [s["total"] - s["prefill"] - s["catchup"] for s in timed]
-            context = float(np.mean([s["context"] for s in timed]))
-            report.cells.append(
-                CellCheck(
-                    b,
-                    k,
-                    profile_step_s(profile, bi, k, context),
-                    float(np.median(times)),
-                    context,
-                )
-            )
+        decode = samples[b, context][1:]
+        medians, _ = cell_statistics(decode, profile.k_max)
+        for k in range(profile.k_max + 1):
+            timed = [s["context"] for s in decode if s["k"] == k and s["catchup_tokens"] == 0]
+            at = float(np.mean(timed))
+            if by_cell:
+                expected = profile.cell_s[bi][k]
+                tolerance = cell_tolerance(profile.cell_spread[bi][k])
+            else:
+                expected, tolerance = profile_step_s(profile, bi, k, at), TOLERANCE
+            report.cells.append(CellCheck(b, k, expected, medians[k], at, tolerance))
     report.seconds = time.perf_counter() - started
     return report
 

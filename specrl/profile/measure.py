@@ -272,6 +272,87 @@ class _Cell:
         self.samples += [_sample(self.engine.step(k)) for k in _round(self.k_max)]
 
 
+def replicas(batch: int) -> int:
+    """Engines built for a timing cell of ``batch`` rows (see :data:`REPLICAS`)."""
+    return REPLICAS if batch <= REPLICA_BATCH else 1
+
+
+def cell_rng(seed: int, batch: int, context: int, replica: int) -> np.random.Generator:
+    """The generator of one timing cell's rows: a cell is the same whichever other cells are
+    timed beside it, so the freshness check rebuilds a profile's cells row for row."""
+    return np.random.default_rng([seed, batch, context, replica])
+
+
+def time_cells(
+    pair,
+    streams,
+    keys: Sequence[tuple[int, int]],
+    *,
+    k_max: int,
+    reps: int,
+    device: str,
+    seed: int,
+    settings=None,
+    on_built=None,
+    on_round=None,
+) -> dict[tuple[int, int], list[dict]]:
+    """The timing procedure that ``specrl profile`` and its freshness check share.
+
+    A warm-up cell (the largest batch of ``keys`` at its smallest context) runs one round and
+    is discarded. Then every ``(batch, context)`` of ``keys`` is built :func:`replicas` times,
+    each replica's rows drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn.
+    ``on_built()`` is called after each cell is built, ``on_round(r)`` after each round.
+
+    Returns per key: the first replica's admission (prefill) step, then every replica's decode
+    steps, as :func:`_sample` dicts."""
+    kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
+    warm = (max(b for b, _ in keys), min(c for _, c in keys))
+    _Cell(
+        pair, streams, batch=warm[0], context=warm[1], rng=cell_rng(seed, 0, 0, 0), **kw
+    ).run_round()
+    cells: dict[tuple[int, int], list[_Cell]] = {}
+    for b, c in keys:
+        cells[b, c] = []
+        for r in range(replicas(b)):
+            cells[b, c].append(
+                _Cell(pair, streams, batch=b, context=c, rng=cell_rng(seed, b, c, r), **kw)
+            )
+            if on_built is not None:
+                on_built()
+    for r in range(reps):
+        for copies in cells.values():
+            for cell in copies:
+                cell.run_round()
+        if on_round is not None:
+            on_round(r)
+    return {
+        key: [copies[0].admission, *(s for cell in copies for s in cell.samples)]
+        for key, copies in cells.items()
+    }
+
+
+def clean_step_seconds(decode: Sequence[dict], k: int) -> list[float]:
+    """Seconds of a cell's decode steps at ``k`` that admitted nothing and caught nothing up:
+    the statistic a profile's cell figures and its freshness check both take."""
+    return [
+        s["total"] - s["prefill"] - s["catchup"]
+        for s in decode
+        if s["k"] == k and s["catchup_tokens"] == 0
+    ]
+
+
+def cell_statistics(decode: Sequence[dict], k_max: int) -> tuple[list[float], list[float]]:
+    """Per K = 0..k_max: the median of :func:`clean_step_seconds` and its spread, the robust
+    standard deviation of ``log(seconds / median)`` over the cell's steps."""
+    medians, spreads = [], []
+    for k in range(k_max + 1):
+        seconds = clean_step_seconds(decode, k)
+        median = float(np.median(seconds))
+        medians.append(median)
+        spreads.append(_log_spread([math.log(t / median) for t in seconds]))
+    return medians, spreads
+
+
 def _acceptance(
     pair,
     streams,
@@ -673,6 +754,49 @@ def _log_spread(logs: list[float]) -> float:
     return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
 
 
+def check_acceptance_source(
+    source: Profile,
+    fingerprint: dict,
+    *,
+    k_max: int,
+    prompts: PromptFile | None,
+    acceptance_rows: int,
+    acceptance_tokens: int | None,
+    where: str = "acceptance_from",
+) -> None:
+    """Refuse ``source`` as the acceptance of a profile of the pair with ``fingerprint``
+    unless it was measured as that profile would measure it: the same target and draft
+    weights, ``k_max``, kind of device (a GPU's fp16 numerics are not a CPU's), on the
+    held-out corpus, with the same ``acceptance_rows`` and ``acceptance_tokens``."""
+    theirs = source.fingerprint
+    other = [
+        r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != fingerprint[f"{r}_sha256"]
+    ]
+    if other:
+        raise SpecrlError(
+            f"{where}: measured on another {' and '.join(other)} (target "
+            f"{theirs.get('target_id')}, draft {theirs.get('draft_id')}, whose weights differ "
+            "from this pair's); acceptance belongs to the pair: measure it (leave "
+            "--acceptance-from out)"
+        )
+    kind = str(theirs.get("device", "")).split(":")[0]
+    here = fingerprint["device"].split(":")[0]
+    wanted = {
+        "k_max": (source.k_max, k_max),
+        "device kind": (kind, here),
+        "prompts file": ((source.meta.get("prompts") or {}).get("file"), prompts and prompts.path),
+        "acceptance_rows": (source.meta.get("acceptance_rows"), acceptance_rows),
+        "acceptance_tokens": (source.meta.get("acceptance_tokens"), acceptance_tokens),
+    }
+    for name, (got, want) in wanted.items():
+        if got != want:
+            raise SpecrlError(
+                f"{where}: its {name} is {got!r}, this profile's is {want!r}; only acceptance "
+                "measured as this profile would measure it can stand in: measure it (leave "
+                "--acceptance-from out)"
+            )
+
+
 def measure_profile(
     pair,
     *,
@@ -688,12 +812,20 @@ def measure_profile(
     progress: bool = True,
     preset: str | None = None,
     prompts: PromptFile | None = None,
+    acceptance_from: Profile | None = None,
+    acceptance_source: str = "acceptance_from",
 ) -> Profile:
     """Measure ``pair`` on this machine; see the module docstring for what runs.
 
     ``prompts``: a prompts file (:func:`~specrl.workload.user_prompts.load_prompts`) to
     measure acceptance on, and to cut the timing cells' rows from unless ``streams`` is given;
-    default: the held-out corpus's domains."""
+    default: the held-out corpus's domains.
+
+    ``acceptance_from``: a profile of the same weights whose acceptance fields
+    (:data:`ACCEPTANCE_FIELDS`) are taken instead of measuring them again (see
+    :func:`check_acceptance_source`, whose errors name it ``acceptance_source``): what a pair
+    accepts does not depend on the machine, and
+    measuring it is most of a profile's time. Only the step times are measured then."""
     from tqdm.auto import tqdm
 
     if pair.draft is None:
@@ -709,6 +841,17 @@ def measure_profile(
     if acceptance_rows < 1:
         raise SpecrlError(f"acceptance_rows must be >= 1, got {acceptance_rows}")
     started = time.perf_counter()
+    fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
+    if acceptance_from is not None:
+        check_acceptance_source(
+            acceptance_from,
+            fingerprint,
+            k_max=k_max,
+            prompts=prompts,
+            acceptance_rows=acceptance_rows,
+            acceptance_tokens=acceptance_tokens,
+            where=acceptance_source,
+        )
     settings = tokens = None
     if prompts is not None:
         tokens = tokenize_prompts(prompts, pair.tokenizer)
@@ -717,6 +860,8 @@ def measure_profile(
         groups = len(prompts.domains) * len(prompts.bands)
     else:
         groups = len(DOMAINS) * len(SAMPLING_CONFIGS)
+    if acceptance_from is not None:
+        groups = 0
     _check_positions(  # before the timing, not after it
         pair,
         contexts=contexts,
@@ -732,52 +877,52 @@ def measure_profile(
         streams = token_streams(pair.tokenizer)
     rng = np.random.default_rng(seed)
     keys = [(b, c) for c in contexts for b in batch_sizes]
-    copies = {b: REPLICAS if b <= REPLICA_BATCH else 1 for b in batch_sizes}
-    n_cells = sum(copies[b] for b, _ in keys)
-    bar = tqdm(total=n_cells + reps + 1 + groups, desc="profile", disable=not progress)
-    kw = {"k_max": k_max, "reps": reps, "device": device, "rng": rng, "settings": settings}
-    _Cell(pair, streams, batch=batch_sizes[-1], context=contexts[0], **kw).run_round()  # warm-up
-    bar.update()
-    cells: dict[tuple[int, int], list[_Cell]] = {}
-    for b, c in keys:
-        bar.set_postfix_str(f"prefill B={b} ctx={c}")
-        cells[b, c] = []
-        for _ in range(copies[b]):
-            cells[b, c].append(_Cell(pair, streams, batch=b, context=c, **kw))
-            bar.update()
+    n_cells = sum(replicas(b) for b, _ in keys)
+    bar = tqdm(total=n_cells + reps + groups, desc="profile", disable=not progress)
+    bar.set_postfix_str("timing cells")
     small = []
-    for r in range(reps):
-        bar.set_postfix_str(f"round {r + 1}/{reps}")
-        for replicas in cells.values():
-            for cell in replicas:
-                cell.run_round()
-        small += [
+
+    def after_round(r: int) -> None:
+        # Single admissions between the rounds, as served traffic admits requests.
+        small.extend(
             _small_admission(pair, streams, k_max=k_max, device=device, rng=rng)
             for _ in range(SMALL_ADMISSIONS)
-        ]
+        )
+        bar.set_postfix_str(f"round {r + 1}/{reps}")
         bar.update()
-    # The first replica's admission (prefill) step, then every replica's decode steps.
-    samples = {
-        key: [replicas[0].admission, *(s for cell in replicas for s in cell.samples)]
-        for key, replicas in cells.items()
-    }
-    del cells
-    bar.set_postfix_str("acceptance")
-    common = {
-        "k_max": k_max,
-        "device": device,
-        "rng": rng,
-        "rows": acceptance_rows,
-        "new_tokens": acceptance_tokens,
-        "progress": bar.update,
-    }
-    if prompts is not None:
-        counts, steps = _prompt_acceptance(pair, prompts, tokens.ids, **common)
+
+    samples = time_cells(
+        pair,
+        streams,
+        keys,
+        k_max=k_max,
+        reps=reps,
+        device=device,
+        seed=seed,
+        settings=settings,
+        on_built=bar.update,
+        on_round=after_round,
+    )
+    if acceptance_from is not None:
+        accepted = {name: getattr(acceptance_from, name) for name in ACCEPTANCE_FIELDS}
     else:
-        counts, steps = _acceptance(pair, streams, domains=DOMAINS, **common)
+        bar.set_postfix_str("acceptance")
+        common = {
+            "k_max": k_max,
+            "device": device,
+            "rng": rng,
+            "rows": acceptance_rows,
+            "new_tokens": acceptance_tokens,
+            "progress": bar.update,
+        }
+        if prompts is not None:
+            counts, steps = _prompt_acceptance(pair, prompts, tokens.ids, **common)
+        else:
+            counts, steps = _acceptance(pair, streams, domains=DOMAINS, **common)
+        accepted = acceptance_fields(counts, steps)
     bar.close()
-    profile = _tabulate(samples, small, batch_sizes, contexts, k_max, counts, steps)
-    profile.fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
+    profile = _tabulate(samples, small, batch_sizes, contexts, k_max, accepted)
+    profile.fingerprint = fingerprint
     profile.meta = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - started, 1),
@@ -788,6 +933,12 @@ def measure_profile(
         "acceptance_tokens": acceptance_tokens,
         "seed": seed,
     }
+    if acceptance_from is not None:
+        profile.meta["acceptance_from"] = {
+            "file": acceptance_source,
+            "created": acceptance_from.meta.get("created"),
+            "device": acceptance_from.fingerprint.get("device"),
+        }
     if prompts is not None:
         profile.meta["prompts"] = prompts.record()
         profile.meta["prompt_lengths_dist"] = asdict(fitted_lengths([len(t) for t in tokens.ids]))
@@ -831,45 +982,19 @@ def rest_of_step(sample: dict) -> float:
     return sample["total"] - part - sample["verify"] - sample["prefill"]
 
 
-def _tabulate(samples, small, batch_sizes, contexts, k_max, counts, request_steps) -> Profile:
-    nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
-    verify = np.zeros((nb, nk, nc))
-    draft = np.zeros((nb, nk, nc))
-    overhead = np.zeros((nb, nk))
-    sigma = np.zeros(nb)
-    ctx_seen = np.zeros(nc)
-    prefill, catchup = [], []
-    for bi, b in enumerate(batch_sizes):
-        rest = defaultdict(list)
-        for ci, c in enumerate(contexts):
-            steps = samples[b, c]
-            admission, decode = steps[0], steps[1:]
-            prefill.append((b * c, admission["prefill"]))
-            ctx_seen[ci] += np.mean([s["context"] for s in decode]) / nb
-            for k in range(nk):
-                at_k = [s for s in decode if s["k"] == k]
-                verify[bi, k, ci] = np.median([s["verify"] for s in at_k])
-                if k:
-                    draft[bi, k, ci] = np.median([s["draft"] - s["catchup"] for s in at_k])
-                rest[k] += [rest_of_step(s) for s in at_k]
-            catchup += [(s["catchup_padded"], s["catchup"]) for s in decode if s["catchup_tokens"]]
-        for k in range(nk):
-            overhead[bi, k] = max(0.0, float(np.median(rest[k])))
-        logs = []
-        for ci, c in enumerate(contexts):
-            for s in samples[b, c][1:]:
-                if s["catchup_tokens"] == 0:
-                    table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
-                    logs.append(math.log(s["total"] / table))
-        sigma[bi] = _log_spread(logs)
-    for table in (verify, draft):
-        for axis in (2, 0, 2):  # context, batch size, context again
-            table[:] = _monotone(table, axis=axis)
-    if np.any(np.diff(ctx_seen) <= 0):
-        raise SpecrlError(
-            f"measured contexts {ctx_seen.tolist()} do not increase; space the "
-            "--contexts further apart"
-        )
+ACCEPTANCE_FIELDS = (
+    "acceptance",
+    "acceptance_by_output",
+    "acceptance_counts",
+    "request_levels",
+    "level_drift",
+)
+"""The profile's fields that hold what the pair accepts, not what the machine costs."""
+
+
+def acceptance_fields(counts: dict, request_steps: dict) -> dict:
+    """The profile's :data:`ACCEPTANCE_FIELDS` from the acceptance pass: per-position
+    ``counts`` and every request's steps, per domain and band."""
     acceptance = {
         d: {
             band: conditional_rates(c["accepted_per_position"], c["drafted_per_position"])
@@ -903,11 +1028,64 @@ def _tabulate(samples, small, batch_sizes, contexts, k_max, counts, request_step
         }
         for d, by_band in counts.items()
     }
+    return {
+        "acceptance": acceptance,
+        "acceptance_by_output": by_output,
+        "acceptance_counts": counts,
+        "request_levels": levels,
+        "level_drift": drift,
+    }
+
+
+def _tabulate(samples, small, batch_sizes, contexts, k_max, acceptance: dict) -> Profile:
+    """The profile from the timing cells' ``samples``, the ``small`` admissions and the
+    :func:`acceptance_fields`."""
+    nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
+    verify = np.zeros((nb, nk, nc))
+    draft = np.zeros((nb, nk, nc))
+    overhead = np.zeros((nb, nk))
+    sigma = np.zeros(nb)
+    ctx_seen = np.zeros(nc)
+    prefill, catchup = [], []
+    for bi, b in enumerate(batch_sizes):
+        rest = defaultdict(list)
+        for ci, c in enumerate(contexts):
+            steps = samples[b, c]
+            admission, decode = steps[0], steps[1:]
+            prefill.append((b * c, admission["prefill"]))
+            ctx_seen[ci] += np.mean([s["context"] for s in decode]) / nb
+            for k in range(nk):
+                at_k = [s for s in decode if s["k"] == k]
+                verify[bi, k, ci] = np.median([s["verify"] for s in at_k])
+                if k:
+                    draft[bi, k, ci] = np.median([s["draft"] - s["catchup"] for s in at_k])
+                rest[k] += [rest_of_step(s) for s in at_k]
+            catchup += [(s["catchup_padded"], s["catchup"]) for s in decode if s["catchup_tokens"]]
+        for k in range(nk):
+            overhead[bi, k] = max(0.0, float(np.median(rest[k])))
+        logs = []
+        for ci, c in enumerate(contexts):
+            for s in samples[b, c][1:]:
+                if s["catchup_tokens"] == 0:
+                    table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
+                    logs.append(math.log(s["total"] / table))
+        sigma[bi] = _log_spread(logs)
+    for table in (verify, draft):
+        # Non-decreasing in context only: more context never makes a step cheaper, but a
+        # larger batch can (a CPU's kernels change with the shape), and pooling such a pair
+        # would make both cells wrong.
+        table[:] = _monotone(table, axis=2)
+    cells = [cell_statistics(samples[b, contexts[0]][1:], k_max) for b in batch_sizes]
+    if np.any(np.diff(ctx_seen) <= 0):
+        raise SpecrlError(
+            f"measured contexts {ctx_seen.tolist()} do not increase; space the "
+            "--contexts further apart"
+        )
     per_row = [
         np.mean(
             [
                 expected_tokens_per_row(rates, k)
-                for by_band in acceptance.values()
+                for by_band in acceptance["acceptance"].values()
                 for rates in by_band.values()
             ]
         )
@@ -926,12 +1104,14 @@ def _tabulate(samples, small, batch_sizes, contexts, k_max, counts, request_step
         time_log_sigma=sigma.tolist(),
         prefill=_monotone_points(prefill + [(s["prefill_tokens"], s["prefill"]) for s, _ in small]),
         catchup=_monotone_points(catchup + [(s["catchup_padded"], s["catchup"]) for _, s in small]),
-        acceptance=acceptance,
-        acceptance_by_output=by_output,
-        acceptance_counts=counts,
-        request_levels=levels,
+        acceptance=acceptance["acceptance"],
+        acceptance_by_output=acceptance["acceptance_by_output"],
+        acceptance_counts=acceptance["acceptance_counts"],
+        request_levels=acceptance["request_levels"],
         tokens_per_s=tokens_per_s.tolist(),
-        level_drift=drift,
+        level_drift=acceptance["level_drift"],
+        cell_s=[medians for medians, _ in cells],
+        cell_spread=[spreads for _, spreads in cells],
     )
 
 

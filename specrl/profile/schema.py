@@ -37,6 +37,12 @@ one busy moment on a shared machine would drag a mean of three samples far off):
   ``n`` generated tokens (an AR(1) process: ``phi = 1`` is a fixed level, smaller drifts
   faster); see :mod:`specrl.profile.levels`. Fitted by
   :func:`specrl.profile.measure.fit_level_drift`.
+* ``cell_s[b][k]`` and ``cell_spread[b][k]`` (optional, together): at the shortest context,
+  the median seconds of the timing cells' clean decode steps (no admission, no catch-up)
+  and their spread, the robust standard deviation of ``log(seconds / median)``
+  (:func:`specrl.profile.measure.cell_statistics`). The freshness check rebuilds those cells
+  row for row and compares its own medians with these, within a tolerance set by the
+  spread (:mod:`specrl.profile.freshness`).
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
   step (``E`` from the measured acceptance, averaged over the domains) over the step time
   at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
@@ -55,7 +61,7 @@ from specrl.files import check_header, read_json, write_json
 from specrl.workload.trace import SAMPLING_CONFIGS, check_known_keys, known_domains
 
 PROFILE_FORMAT = "specrl-profile"
-OPTIONAL_FIELDS = ("meta", "level_drift")
+OPTIONAL_FIELDS = ("meta", "cell_s", "cell_spread", "level_drift")
 PROFILE_VERSION = 3
 """3: acceptance per domain and temperature band, per-request levels (``request_levels``);
 batch grid to 128. 2: acceptance by output position; the prefill commits the first token."""
@@ -79,6 +85,9 @@ class Profile:
     request_levels: dict[str, dict[str, list[float]]]
     tokens_per_s: list[list[float]]
     meta: dict = field(default_factory=dict)
+    cell_s: list[list[float]] | None = None
+    """Optional (None: a profile from before they were kept); see the module."""
+    cell_spread: list[list[float]] | None = None
     level_drift: dict[str, dict[str, dict[str, float]]] | None = None
     """Optional (None: fixed levels); see the module."""
 
@@ -295,6 +304,22 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
                 raise SpecrlError(
                     f"{where}.{band}: expected a non-empty sorted list of finite numbers"
                 )
+    cell_s, cell_spread = obj.get("cell_s"), obj.get("cell_spread")
+    if (cell_s is None) != (cell_spread is None):
+        missing = "cell_spread" if cell_s is not None else "cell_s"
+        raise SpecrlError(
+            f"{source}: missing field {missing!r} (cell_s and cell_spread come together)"
+        )
+    if cell_s is not None:
+        _check_array(cell_s, (nb, nk), f"{source}.cell_s")
+        _check_array(cell_spread, (nb, nk), f"{source}.cell_spread")
+        if not all(v > 0 for row in cell_s for v in row):
+            raise SpecrlError(f"{source}.cell_s: step times must be > 0")
+        if max(max(row) for row in cell_spread) > MAX_TIME_LOG_SIGMA:
+            raise SpecrlError(
+                f"{source}.cell_spread: {max(max(row) for row in cell_spread)!r} is above "
+                f"{MAX_TIME_LOG_SIGMA}, not a measurement; measure the profile again"
+            )
     drift = obj.get("level_drift")
     if drift is not None:
         _check_drift(drift, set(acceptance), bands, f"{source}.level_drift")
@@ -302,7 +327,13 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         raise SpecrlError(f"{source}.fingerprint: expected an object")
     if not isinstance(obj["acceptance_counts"], dict):
         raise SpecrlError(f"{source}.acceptance_counts: expected an object")
-    return Profile(**{name: obj[name] for name in names}, meta=dict(meta), level_drift=drift)
+    return Profile(
+        **{name: obj[name] for name in names},
+        meta=dict(meta),
+        level_drift=drift,
+        cell_s=cell_s,
+        cell_spread=cell_spread,
+    )
 
 
 def load_profile(path: str | Path) -> Profile:
