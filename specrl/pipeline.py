@@ -3,8 +3,10 @@
 1. Reuse (or build) the default pair.
 2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
    by an earlier demo, else measure one (3 repetitions per cell). Then time a few cells now
-   (``specrl profile --check``): a profile more than 15% off is
-   reported with the command that re-measures it; ``--measure`` re-measures at once.
+   (``specrl profile --check``): a profile whose cells are off by more than their measured
+   noise is reported with the command that re-measures it; ``--measure`` re-measures at
+   once. A new measurement takes acceptance from the shipped profile where the weights are
+   the same, and times only the step costs.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
    interrupted one resumes from its last checkpoint).
 4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
@@ -114,9 +116,11 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     from specrl.profile.measure import measure_profile
 
     torch.set_num_threads(options.threads or 1)
+    source = _acceptance_source(fp)
     _say(
         "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
         "one torch thread; `specrl profile --out P.json` takes 5)"
+        + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
     profile = measure_profile(
         pair,
@@ -126,10 +130,58 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
         reps=3,
         device=options.device,
         preset=options.preset,
+        acceptance_from=source,
+        acceptance_source=str(default_profile_path()),
     )
     cache.mkdir(parents=True, exist_ok=True)
     profile.save(cached)
     return profile, cached, "measured"
+
+
+def _check_profile(profile, path: Path, pair, options: DemoOptions, *, measured_now: bool) -> bool:
+    """Whether ``profile`` holds here now (:func:`~specrl.profile.freshness.check_freshness`),
+    said as it is found. A profile measured in this run is not checked: the check asks whether
+    the machine changed since the profile was measured."""
+    from specrl.profile.freshness import check_freshness, remeasure_command
+
+    if measured_now:
+        _say("  measured in this run: fresh by construction, not checked")
+        return True
+    report = check_freshness(profile, pair, device=options.device)
+    _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
+    if report.fresh:
+        _say("  fresh: every cell within its tolerance")
+    else:
+        _say(
+            "  WARNING: "
+            + report.message(str(path), remeasure_command(pair))
+            + " (or run `specrl demo --measure`). The surrogate figures below are this "
+            "profile's; the live ones are this machine's now."
+        )
+    return report.fresh
+
+
+def _acceptance_source(fingerprint: dict):
+    """The shipped profile where its acceptance stands for this pair's (the same weights,
+    measured as the demo would: :func:`~specrl.profile.measure.check_acceptance_source`),
+    else None: a new machine then measures only step times, what differs between machines."""
+    from specrl.envs import default_profile_path
+    from specrl.profile import load_profile
+    from specrl.profile.measure import ACCEPTANCE_ROWS, check_acceptance_source
+
+    try:
+        shipped = load_profile(default_profile_path())
+        check_acceptance_source(
+            shipped,
+            fingerprint,
+            k_max=4,
+            prompts=None,
+            acceptance_rows=ACCEPTANCE_ROWS,
+            acceptance_tokens=None,
+        )
+    except SpecrlError:
+        return None
+    return shipped
 
 
 def _train(profile_path: Path, options: DemoOptions, cache: Path):
@@ -185,7 +237,6 @@ def run_demo(options: DemoOptions) -> DemoResult:
     from specrl.models.build import build_pair
     from specrl.policies import default_policies, make_policy
     from specrl.profile import use_profile_threads
-    from specrl.profile.freshness import TOLERANCE, check_freshness, remeasure_command
     from specrl.report import (
         log_comparison,
         plot_buckets,
@@ -231,17 +282,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     _say(f"  {how} {profile_path} (measured {profile.meta.get('created', '?')})")
     # Step times hold at the thread count they were measured with (the profile's).
     _say(f"  torch threads: {use_profile_threads(profile, options.threads)}")
-    report = check_freshness(profile, pair, device=options.device)
-    _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
-    if report.fresh:
-        _say(f"  fresh: every cell within {TOLERANCE:.0%} of the profile")
-    else:
-        _say(
-            "  WARNING: "
-            + report.message(str(profile_path), remeasure_command(pair))
-            + " (or run `specrl demo --measure`). The surrogate figures below are this "
-            "profile's; the live ones are this machine's now."
-        )
+    fresh = _check_profile(profile, profile_path, pair, options, measured_now=how == "measured")
     lap("profile")
 
     _step(3, f"PPO, {options.timesteps:,} steps on the surrogate")
@@ -342,12 +383,12 @@ def run_demo(options: DemoOptions) -> DemoResult:
     if options.wandb != "disabled":
         artifacts["wandb runs"] = str(run_dir / "wandb")
     lap("report")
-    result = DemoResult(run_dir, profile_path, report.fresh, train_dir, artifacts, seconds)
+    result = DemoResult(run_dir, profile_path, fresh, train_dir, artifacts, seconds)
     summary = {
         "options": asdict(options),
         "profile": str(profile_path),
         "profile_how": how,
-        "profile_fresh": report.fresh,
+        "profile_fresh": fresh,
         "training": trained,
         "fidelity": fidelity.to_json(),
         "seconds": seconds,

@@ -604,8 +604,15 @@ def test_a_profile_reads_fresh_right_after_it_is_measured(micro_pair_paths, tmp_
     profile = load_profile(out)
     assert len(profile.cell_s) == 2 and len(profile.cell_spread[0]) == 3
     capsys.readouterr()
-    assert main(["profile", *pair, "--check", out]) == 0, capsys.readouterr().out
-    printed = capsys.readouterr().out
+    # This VM's speed swings by up to a third from one few seconds to the next, and a micro
+    # profile times for about two: the check may run three times. A timing bug that reads
+    # every profile stale fails all three.
+    for _ in range(3):
+        code = main(["profile", *pair, "--check", out])
+        printed = capsys.readouterr().out
+        if code == 0:
+            break
+    assert code == 0, printed
     assert "fresh: every cell within its tolerance" in printed
     assert "timed now with 1 torch thread(s)" in printed
     # Every K of both batch sizes, each against the profile's own cell median.

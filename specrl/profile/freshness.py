@@ -1,10 +1,11 @@
 """Is a profile still true here? Time a few cells now and set them beside the profile's figures.
 
 A profile is only true on the machine, and at the speed, where it was measured: two VMs with
-the same fingerprint differed 1.8x. The fingerprint cannot see that; a 10-15 s timing can.
+the same fingerprint differed 1.8x. The fingerprint cannot see that; timing a few of the
+profile's own cells again, by its own procedure, can (:func:`check_freshness`).
 ``specrl profile --check PROFILE.json`` prints the comparison; the live env,
 ``validate-surrogate``, ``compare --env live`` and the demo run the same check and warn, or
-refuse unless forced, when a step time is off by more than :data:`TOLERANCE`.
+refuse unless forced, when a cell is outside its tolerance (:func:`cell_tolerance`).
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ def check_freshness(
         reps=int(profile.meta.get("reps") or CHECK_ROUNDS),
         device=device,
         seed=int(profile.meta.get("seed") or 0),
+        warm_up=(grid[-1], context),
     )
     report = FreshnessReport()
     for b in batches:

@@ -293,20 +293,23 @@ def time_cells(
     device: str,
     seed: int,
     settings=None,
+    warm_up: tuple[int, int] | None = None,
     on_built=None,
     on_round=None,
 ) -> dict[tuple[int, int], list[dict]]:
     """The timing procedure that ``specrl profile`` and its freshness check share.
 
-    A warm-up cell (the largest batch of ``keys`` at its smallest context) runs one round and
-    is discarded. Then every ``(batch, context)`` of ``keys`` is built :func:`replicas` times,
-    each replica's rows drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn.
+    A warm-up cell, ``warm_up`` (default: the largest batch of ``keys`` at its smallest
+    context; a check passes its profile's), runs one round and is discarded: the largest
+    steps leave the allocator and caches as the timed cells then find them. Then every
+    ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
+    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn.
     ``on_built()`` is called after each cell is built, ``on_round(r)`` after each round.
 
     Returns per key: the first replica's admission (prefill) step, then every replica's decode
     steps, as :func:`_sample` dicts."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
-    warm = (max(b for b, _ in keys), min(c for _, c in keys))
+    warm = warm_up or (max(b for b, _ in keys), min(c for _, c in keys))
     _Cell(
         pair, streams, batch=warm[0], context=warm[1], rng=cell_rng(seed, 0, 0, 0), **kw
     ).run_round()
@@ -341,15 +344,23 @@ def clean_step_seconds(decode: Sequence[dict], k: int) -> list[float]:
     ]
 
 
+SPREAD_STEPS = 10
+"""Fewest steps a K's own spread is read from; below, the spread of every K of the cell."""
+
+
 def cell_statistics(decode: Sequence[dict], k_max: int) -> tuple[list[float], list[float]]:
     """Per K = 0..k_max: the median of :func:`clean_step_seconds` and its spread, the robust
-    standard deviation of ``log(seconds / median)`` over the cell's steps."""
-    medians, spreads = [], []
+    standard deviation of ``log(seconds / median)`` over the steps at that K, or over every K
+    of the cell (each around its own median) where a K has fewer than :data:`SPREAD_STEPS`
+    steps: a large batch's K>0 has one step a round, and the spread of five read 1.7% where
+    checks a minute apart moved 8%."""
+    medians, logs = [], []
     for k in range(k_max + 1):
         seconds = clean_step_seconds(decode, k)
-        median = float(np.median(seconds))
-        medians.append(median)
-        spreads.append(_log_spread([math.log(t / median) for t in seconds]))
+        medians.append(float(np.median(seconds)))
+        logs.append([math.log(t / medians[-1]) for t in seconds])
+    pooled = _log_spread([x for at_k in logs for x in at_k])
+    spreads = [_log_spread(at_k) if len(at_k) >= SPREAD_STEPS else pooled for at_k in logs]
     return medians, spreads
 
 
@@ -730,22 +741,38 @@ def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
     return {"tokens": xs, "seconds": fitted}
 
 
-def _small_admission(pair, streams, *, k_max, device, rng) -> tuple[dict, dict]:
-    """One request of a workload-like prompt length joining on its own, as in served
-    traffic: its prefill (the admission step) and the draft's catch-up on it (the next
-    K=k_max step). A pair with fewer positions than the longest draw takes its longest."""
+def _admission_engine(pair, *, k_max: int, device: str):
+    """The one engine that :func:`_small_admission` admits single requests to in turn: warm,
+    as a serving engine is when a request joins it (an engine built for each admission read
+    its prefill about 5% slow). Sized for the presets' longest prompt, or the pair's
+    positions where it has fewer."""
     from specrl.engine import position_limit
 
-    length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
+    longest = DEFAULT_PROMPT_LENGTHS.hi + k_max + 4
     limit = position_limit(pair.target, pair.draft)
     if limit is not None:
-        length = max(1, min(length, limit.positions - k_max - 4))
-    max_len = _max_len(pair, length + k_max + 4, 4)
-    engine = _engine(pair, max_batch=1, max_len=max_len, k_max=k_max, device=device)
+        longest = min(longest, limit.positions)
+    return _engine(
+        pair, max_batch=1, max_len=_max_len(pair, longest, 4), k_max=k_max, device=device
+    )
+
+
+def _small_admission(engine, streams, *, k_max, rng) -> tuple[dict, dict]:
+    """One request of a workload-like prompt length joining ``engine``
+    (:func:`_admission_engine`) on its own, as in served traffic: its prefill (the admission
+    step) and the draft's catch-up on it (the next K=k_max step); then it decodes to its end,
+    untimed, and leaves the engine empty. A draw longer than the engine holds takes its
+    longest."""
+    length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
+    length = max(1, min(length, engine.max_len - k_max - 4))
     domains = list(streams)
     prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
     engine.add(prompt, max_new_tokens=k_max + 4)
-    return _sample(engine.step(0)), _sample(engine.step(k_max))
+    timed = _sample(engine.step(0)), _sample(engine.step(k_max))
+    while engine.has_work:
+        engine.step(0)
+    engine.pop_finished()
+    return timed
 
 
 def _log_spread(logs: list[float]) -> float:
@@ -881,11 +908,12 @@ def measure_profile(
     bar = tqdm(total=n_cells + reps + groups, desc="profile", disable=not progress)
     bar.set_postfix_str("timing cells")
     small = []
+    admissions = _admission_engine(pair, k_max=k_max, device=device)
 
     def after_round(r: int) -> None:
         # Single admissions between the rounds, as served traffic admits requests.
         small.extend(
-            _small_admission(pair, streams, k_max=k_max, device=device, rng=rng)
+            _small_admission(admissions, streams, k_max=k_max, rng=rng)
             for _ in range(SMALL_ADMISSIONS)
         )
         bar.set_postfix_str(f"round {r + 1}/{reps}")
