@@ -3,10 +3,10 @@
 1. Reuse (or build) the default pair.
 2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
    by an earlier demo, else measure one (3 repetitions per cell). Then time a few cells now
-   (``specrl profile --check``): a profile whose cells are off by more than their measured
-   noise is reported with the command that re-measures it; ``--measure`` re-measures at
-   once. A new measurement takes acceptance from the shipped profile where the weights are
-   the same, and times only the step costs.
+   (``specrl profile --check``; not for a profile measured in this run): a profile whose
+   cells are off by more than their measured noise is reported with the command that
+   re-measures it; ``--measure`` re-measures at once. A new measurement takes acceptance
+   from the shipped profile where the weights are the same, and times only the step costs.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
    interrupted one resumes from its last checkpoint).
 4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
@@ -67,7 +67,8 @@ class DemoOptions:
 class DemoResult:
     run_dir: Path
     profile_path: Path
-    profile_fresh: bool
+    profile_fresh: bool | None
+    """None: the profile was measured in this run, and not checked."""
     train_dir: Path
     artifacts: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -138,15 +139,17 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     return profile, cached, "measured"
 
 
-def _check_profile(profile, path: Path, pair, options: DemoOptions, *, measured_now: bool) -> bool:
+def _check_profile(
+    profile, path: Path, pair, options: DemoOptions, *, measured_now: bool
+) -> bool | None:
     """Whether ``profile`` holds here now (:func:`~specrl.profile.freshness.check_freshness`),
-    said as it is found. A profile measured in this run is not checked: the check asks whether
-    the machine changed since the profile was measured."""
+    said as it is found; None for a profile measured in this run, which is not checked: the
+    check asks whether the machine changed since the profile was measured."""
     from specrl.profile.freshness import check_freshness, remeasure_command
 
     if measured_now:
-        _say("  measured in this run: fresh by construction, not checked")
-        return True
+        _say("  measured in this run: not checked (the check asks what changed since)")
+        return None
     report = check_freshness(profile, pair, device=options.device)
     _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
     if report.fresh:

@@ -6,6 +6,7 @@ import copy
 import json
 import warnings
 
+import numpy as np
 import pytest
 
 from specrl.errors import SpecrlError
@@ -363,7 +364,7 @@ def test_freshness_report_flags_a_cell_off_by_more_than_15_percent():
     stale = FreshnessReport([CellCheck(1, 0, 0.010, 0.0110), CellCheck(64, 4, 0.100, 0.180)])
     assert not stale.fresh
     message = stale.message("p.json")
-    assert "up to 80% (batch 64, K=4: 180.00 ms now, 100.00 ms" in message
+    assert "(batch 64, K=4: 180.00 ms now, 100.00 ms in the profile, 80% off; tolerance" in message
     assert "specrl profile --out" in message
     assert stale.format().splitlines()[2] == "| 1 | 0 | nan | 10.00 | 11.00 | 1.10 | 15% |"
 
@@ -413,7 +414,7 @@ def test_freshness_compares_each_cell_at_the_context_it_timed(micro_pair):
     profile = linear_profile(contexts=(200.0, 400.0), verify_kv_s=2e-5)
     profile.meta["prompt_lengths"] = [16]
     report = check_freshness(profile, micro_pair)
-    assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8, 64) for k in range(5)]
+    assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8, 64) for k in (0, 4)]
     assert all(c.tolerance == 0.15 for c in report.cells)  # no spread recorded: the default
     costs = StepCosts(profile, max_batch=64, max_len=512, k_max=4)
     for cell in report.cells:
@@ -578,8 +579,9 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
 
     streams = token_streams(micro_pair.tokenizer)
     kw = {"k_max": 2, "reps": 2, "device": "cpu", "seed": 7}
-    both = time_cells(micro_pair, streams, [(1, 8), (2, 8), (2, 24)], **kw)
-    alone = time_cells(micro_pair, streams, [(2, 8)], **kw)
+    both = time_cells(micro_pair, streams, [(1, 8), (2, 8), (2, 24)], **kw).cells
+    timed = time_cells(micro_pair, streams, [(2, 8)], **kw)
+    alone = timed.cells
 
     def trajectory(samples):
         return [(s["k"], s["context"], s["committed"], s["catchup_tokens"]) for s in samples]
@@ -587,8 +589,12 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
     # The same rows: every step at the same K, context and committed count.
     assert trajectory(both[2, 8]) == trajectory(alone[2, 8])
     assert len(both[2, 8]) == 1 + measure.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
-    other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8})
+    other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8}).cells
     assert trajectory(other[2, 8]) != trajectory(alone[2, 8])
+    # Single admissions after each round, each a prefill then a catch-up of one request.
+    assert len(timed.admissions) == 2 * measure.SMALL_ADMISSIONS
+    for prefill, catchup in timed.admissions:
+        assert prefill["prefill_tokens"] > 0 and catchup["catchup_tokens"] > 0
 
 
 def test_a_profile_reads_fresh_right_after_it_is_measured(micro_pair_paths, tmp_path, capsys):
@@ -681,3 +687,63 @@ def test_a_profile_takes_acceptance_from_a_profile_of_the_same_weights(micro_pai
     gpu = copy.deepcopy(first)
     gpu.fingerprint["device"] = "cuda: NVIDIA H200"
     refused(gpu, r"its device kind is 'cuda', this profile's is 'cpu'")
+
+
+def _step(k: int, total: float, catchup: int = 0) -> dict:
+    return {"k": k, "total": total, "prefill": 0.0, "catchup": 0.0, "catchup_tokens": catchup}
+
+
+def test_cell_statistics_take_a_ks_own_spread_only_from_enough_steps():
+    import math
+
+    from specrl.profile.measure import SPREAD_STEPS, cell_statistics
+
+    # K=0: SPREAD_STEPS steps alternating 10 and 12 ms; K=1: three steps 20, 20, 30 ms, and
+    # a catch-up step that does not count.
+    k0 = [_step(0, 0.010 if i % 2 else 0.012) for i in range(SPREAD_STEPS)]
+    k1 = [_step(1, 0.020), _step(1, 0.020), _step(1, 0.030), _step(1, 1.0, catchup=3)]
+    medians, spreads = cell_statistics(k0 + k1, k_max=1)
+    assert medians == pytest.approx([0.011, 0.020])
+
+    def robust_sd(logs):  # 1.4826 x the median absolute deviation
+        return 1.4826 * float(np.median(np.abs(np.array(logs) - np.median(logs))))
+
+    own = [math.log(t / 0.011) for t in (0.010, 0.012) * (SPREAD_STEPS // 2)]
+    # K=0 reads its own steps only.
+    assert spreads[0] == pytest.approx(robust_sd(own))
+    # K=1 has 3 steps: it reads the spread of every K of the cell, each around its median.
+    pooled = robust_sd([*own, 0.0, 0.0, math.log(1.5)])
+    assert spreads[1] == pytest.approx(pooled) and spreads[1] != robust_sd([0, 0, math.log(1.5)])
+
+
+def test_check_options_that_do_not_go_with_it_are_refused(tmp_path, capsys):
+    from specrl.cli import main
+
+    linear_profile().save(tmp_path / "p.json")
+    check = ["profile", "--check", str(tmp_path / "p.json")]
+    assert main([*check, "--seed", "3"]) == 2
+    assert "--seed does not go with --check: the check rebuilds" in capsys.readouterr().err
+    assert main(["profile", "--show", str(tmp_path / "p.json"), "--all-cells"]) == 2
+    assert "--all-cells goes with --check PROFILE.json" in capsys.readouterr().err
+    assert main([*check, "--acceptance-from", str(tmp_path / "p.json")]) == 2
+    assert "--acceptance-from goes with --out" in capsys.readouterr().err
+
+
+def test_all_cells_times_the_grid_up_to_batch_64():
+    from specrl.profile.freshness import all_cell_batches
+
+    assert all_cell_batches(linear_profile()) == [1, 2, 4, 8, 16, 32, 64]
+    assert all_cell_batches(linear_profile(batch_sizes=(1, 3, 100))) == [1, 3]
+
+
+def test_speed_matched_reads_each_checked_k_on_its_own():
+    from specrl.profile.freshness import CellCheck, FreshnessReport, speed_matched
+
+    before = linear_profile(k_max=2, batch_sizes=(1, 8))
+    ratios = {(1, 0): 1.1, (1, 1): 1.5, (1, 2): 1.2, (8, 0): 0.9, (8, 1): 0.7, (8, 2): 1.0}
+    report = FreshnessReport([CellCheck(b, k, 1.0, r) for (b, k), r in ratios.items()])
+    out = speed_matched(before, [report])
+    for (b, k), r in ratios.items():
+        bi = before.batch_sizes.index(b)
+        # K=1 is its own ratio, not the line between K=0 and K=2 (1.15 at batch 1).
+        assert out.step_seconds(bi, k, 0) == pytest.approx(r * before.step_seconds(bi, k, 0))

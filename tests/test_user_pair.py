@@ -242,6 +242,8 @@ def test_profile_of_a_given_pair_on_your_prompts(micro_pair_paths, micro_pair, t
     assert profile.bands == ["greedy", "chat", "default"]
     assert (profile.fingerprint["target_id"], profile.fingerprint["draft_id"]) == (target, draft)
     assert profile.meta["prompts"]["file"] == str(prompts)
+    # Its rows came from the file: nothing a check can rebuild, so no cell medians.
+    assert profile.cell_s is None and profile.cell_spread is None
     assert profile.meta["preset"] is None
     # sql has a greedy and a default prompt; its chat group ran at the band's own setting.
     assert profile.meta["prompt_counts"] == {

@@ -30,15 +30,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--check",
         metavar="PROFILE.json",
-        help="time a few cells now (15-25 s) by the profile's own procedure and print them "
-        "beside its figures; exit 1 when a cell is outside its tolerance (3 times its measured "
-        "spread, 5-15%%)",
+        help="rebuild the profile's cells at batch 1, 8 and 64 and time them now by its own "
+        "procedure (about 25 s at --reps 5); print them beside its figures with the median and "
+        "largest |now / profile - 1|; exit 1 when a cell is outside its tolerance (3 times its "
+        "measured spread, 5-15%%)",
     )
     parser.add_argument(
         "--all-cells",
         action="store_true",
-        help="with --check: time every batch size of the grid up to 64 (about a minute) and "
-        "print the median and largest |now / profile - 1| over the cells",
+        help="with --check: time every batch size of the grid up to 64 (about a minute), not "
+        "only 1, 8 and 64",
     )
     parser.add_argument(
         "--preset",
@@ -102,18 +103,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=5,
         help="repetitions per K and cell, >= 1 (default 5)",
     )
-    parser.add_argument("--seed", type=options.SEED, default=0)
+    parser.add_argument(
+        "--seed",
+        type=options.SEED,
+        default=None,
+        help="seed of the timing cells' rows and the acceptance requests (default 0)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrl.errors import SpecrlError
     from specrl.profile.measure import format_table
     from specrl.profile.schema import load_profile
 
     if args.all_cells and not args.check:
-        from specrl.errors import SpecrlError
-
         raise SpecrlError("--all-cells goes with --check PROFILE.json")
+    if args.acceptance_from and not args.out:
+        raise SpecrlError("--acceptance-from goes with --out PROFILE.json (a measurement)")
+    if args.check and args.seed is not None:
+        raise SpecrlError(
+            "--seed does not go with --check: the check rebuilds the profile's cells from the "
+            "seed the profile was measured with"
+        )
     if args.check:
         return _check(args)
     if args.threads:
@@ -138,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             contexts=args.contexts,
             reps=args.reps,
             device=args.device,
-            seed=args.seed,
+            seed=args.seed or 0,
             acceptance_rows=args.acceptance_rows or ACCEPTANCE_ROWS,
             preset=None if args.target else _preset(args),
             prompts=prompts,
@@ -214,7 +226,7 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
 def _check(args: argparse.Namespace) -> int:
     from specrl.errors import SpecrlError
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
-    from specrl.profile.freshness import ALL_CELLS_MAX_BATCH, check_freshness
+    from specrl.profile.freshness import all_cell_batches, check_freshness
     from specrl.profile.schema import load_profile
 
     profile = load_profile(args.check)
@@ -252,9 +264,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     # Same weights; the device is reported above, so only versions and threads may warn.
     check_compatible(profile, {**here, "device": theirs.get("device")}, source=args.check)
-    batches = None
-    if args.all_cells:
-        batches = [b for b in profile.batch_sizes if b <= ALL_CELLS_MAX_BATCH]
+    batches = all_cell_batches(profile) if args.all_cells else None
     report = check_freshness(profile, pair, device=args.device, batches=batches)
     print(
         f"{args.check} (measured {profile.meta.get('created', '?')} on "

@@ -35,6 +35,12 @@ REMEASURE = "specrl profile --out PROFILE.json"
 """The command that measures the default pair (see :func:`remeasure_command` for others)."""
 
 
+def all_cell_batches(profile) -> list[int]:
+    """The batch sizes ``specrl profile --check --all-cells`` times: the profile's grid up to
+    :data:`ALL_CELLS_MAX_BATCH`."""
+    return [b for b in profile.batch_sizes if b <= ALL_CELLS_MAX_BATCH]
+
+
 def cell_tolerance(spread: float) -> float:
     """The largest |measured / profile - 1| that a cell of measured ``spread`` (robust standard
     deviation of its steps' log time) accepts: :data:`NOISE_SIGMAS` spreads, within
@@ -129,11 +135,11 @@ class FreshnessReport:
         """Why the profile is stale, and ``remeasure``: the command that measures it again."""
         w = self.worst
         return (
-            f"{source}: step times here differ from the profile's by up to "
-            f"{abs(w.ratio - 1):.0%} (batch {w.batch}, K={w.k}: {w.measured_s * 1e3:.2f} ms now, "
-            f"{w.profile_s * 1e3:.2f} ms in the profile; tolerance {w.tolerance:.0%}). The "
-            f"machine is not the one, or not at the speed, it was measured at; re-measure with "
-            f"`{remeasure}`"
+            f"{source}: step times here differ from the profile's beyond their tolerance "
+            f"(batch {w.batch}, K={w.k}: {w.measured_s * 1e3:.2f} ms now, "
+            f"{w.profile_s * 1e3:.2f} ms in the profile, {abs(w.ratio - 1):.0%} off; tolerance "
+            f"{w.tolerance:.0%}). The machine is not the one, or not at the speed, it was "
+            f"measured at; re-measure with `{remeasure}`"
         )
 
 
@@ -155,15 +161,15 @@ def check_freshness(
     (:func:`specrl.profile.measure.time_cells`, its ``reps`` and ``seed``), and return every
     K beside the profile's figure.
 
-    A profile measured on the held-out corpus that records its cells (``cell_s``) is
-    compared cell for cell: the check rebuilds those cells row for row, so each is timed at
-    the same contexts as the profile timed it, within the tolerance of its own spread
-    (:func:`cell_tolerance`). Any other profile (measured on a prompts file, or from before
-    cells were recorded) is compared with its tables at the context the check timed
-    (:func:`profile_step_s`), within :data:`TOLERANCE`."""
+    A profile that records its cells (``cell_s``: its rows were cut from the held-out
+    corpus) is compared cell for cell: the check rebuilds those cells row for row, so each
+    is timed at the same contexts as the profile timed it, within the tolerance of its own
+    spread (:func:`cell_tolerance`). Any other profile (its rows from a prompts file, or from
+    before cells were recorded) is compared at K=0 and K=k_max with its tables at the context
+    the check timed (:func:`profile_step_s`), within :data:`TOLERANCE`."""
     import time
 
-    from specrl.profile.measure import cell_statistics, time_cells
+    from specrl.profile.measure import cell_statistics, clean_steps, time_cells
     from specrl.workload.prompts import token_streams
 
     started = time.perf_counter()
@@ -173,8 +179,8 @@ def check_freshness(
     if not set(batches) <= set(grid):
         raise SpecrlError(f"check_freshness: batches {batches} are not all in the grid {grid}")
     context = int((profile.meta.get("prompt_lengths") or [16])[0])
-    by_cell = profile.cell_s is not None and profile.meta.get("prompts") is None
-    samples = time_cells(
+    by_cell = profile.cell_s is not None
+    cells = time_cells(
         pair,
         token_streams(pair.tokenizer),
         [(b, context) for b in batches],
@@ -183,15 +189,16 @@ def check_freshness(
         device=device,
         seed=int(profile.meta.get("seed") or 0),
         warm_up=(grid[-1], context),
-    )
+    ).cells
+    # Without the profile's cells, its tables at K=0 and K=k_max: the rest are interpolated.
+    ks = range(profile.k_max + 1) if by_cell else sorted({0, profile.k_max})
     report = FreshnessReport()
     for b in batches:
         bi = grid.index(b)
-        decode = samples[b, context][1:]
+        decode = cells[b, context][1:]
         medians, _ = cell_statistics(decode, profile.k_max)
-        for k in range(profile.k_max + 1):
-            timed = [s["context"] for s in decode if s["k"] == k and s["catchup_tokens"] == 0]
-            at = float(np.mean(timed))
+        for k in ks:
+            at = float(np.mean([s["context"] for s in clean_steps(decode, k)]))
             if by_cell:
                 expected = profile.cell_s[bi][k]
                 tolerance = cell_tolerance(profile.cell_spread[bi][k])
@@ -217,8 +224,9 @@ def speed_ratios(reports: list[FreshnessReport]) -> dict[tuple[int, int], float]
 def speed_matched(profile, reports: list[FreshnessReport]):
     """``profile`` with its step times (verify, draft, the rest) scaled to the speed that
     ``reports`` measured: each checked cell's median ratio (:func:`speed_ratios`), linear in
-    log batch size between the checked sizes (held flat past them) and linear in K between
-    K=0 and K=k_max. Prefill and catch-up, which the check does not time, stay as measured.
+    log batch size between the checked sizes (held flat past them); a K the checks did not
+    time takes the line between K=0 and K=k_max. Prefill and catch-up, which the check does
+    not time, stay as measured.
 
     Why: on a shared VM the same cells drift 20-28% between profiles an hour apart, and the
     memory-bound K=0 step more than the K>0 steps; a live run set against a profile then
@@ -234,12 +242,13 @@ def speed_matched(profile, reports: list[FreshnessReport]):
         raise SpecrlError(f"speed_matched: the checks must time K=0 and K={top} at each batch")
     logs = np.log(checked)
 
+    def at_k(batch: int, k: int) -> float:
+        return float(np.interp(math.log(batch), logs, [ratios[b, k] for b in checked]))
+
     def ratio(batch: int, k: int) -> float:
-        at = [
-            float(np.interp(math.log(batch), logs, [ratios[b, kk] for b in checked]))
-            for kk in (0, top)
-        ]
-        return at[0] + (at[1] - at[0]) * k / top if top else at[0]
+        if all((b, k) in ratios for b in checked):
+            return at_k(batch, k)
+        return at_k(batch, 0) + (at_k(batch, top) - at_k(batch, 0)) * k / top
 
     out = copy.deepcopy(profile)
     for bi, batch in enumerate(out.batch_sizes):

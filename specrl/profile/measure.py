@@ -11,8 +11,10 @@ the prefill and catch-up costs at the small sizes live traffic has. Interleaving
 moment when the machine is busy spoils one sample of many cells, not all samples of one, and
 the medians absorb it. Cells up to batch :data:`REPLICA_BATCH` are built :data:`REPLICAS`
 times over and their samples pooled: there a step is cheap and the K decision is made. Tables
-are then made non-decreasing in context and in batch size (a step never gets cheaper with
-more work; what says otherwise is noise). A warm-up cell runs first and is discarded.
+are then made non-decreasing in context (more context never makes a step cheaper; what says
+otherwise is noise), not in batch size. A warm-up cell runs first and is discarded. The
+freshness check times a profile's cells at the shortest context by the same procedure
+(:func:`time_cells`), row for row.
 
 The timing cells' rows rotate through the domains and through the sampling settings
 (:data:`~specrl.workload.trace.SAMPLING_CONFIGS`), as workload traffic does: sampled rows make
@@ -56,7 +58,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -108,6 +110,20 @@ one engine's few samples moved a whole row of the table. Two profiles of this VM
 apart read T(K=1) / T(K=0) at batch 2 as 1.95 and 1.61 (1.38 and 1.35 at batches 1 and 4 in
 the first), and at batch 1 as 1.30 where eight rounds of timing alone read 1.60. Small cells
 are cheap: three replicas of every cell up to batch 8 add a few seconds a round."""
+
+
+SPREAD_STEPS = 10
+"""Fewest steps a K's own spread is read from; below, the spread of every K of the cell."""
+
+
+ACCEPTANCE_FIELDS = (
+    "acceptance",
+    "acceptance_by_output",
+    "acceptance_counts",
+    "request_levels",
+    "level_drift",
+)
+"""The profile's fields that hold what the pair accepts, not what the machine costs."""
 
 
 def _round(k_max: int) -> list[int]:
@@ -283,6 +299,17 @@ def cell_rng(seed: int, batch: int, context: int, replica: int) -> np.random.Gen
     return np.random.default_rng([seed, batch, context, replica])
 
 
+@dataclass
+class TimedCells:
+    """What :func:`time_cells` measured."""
+
+    cells: dict[tuple[int, int], list[dict]]
+    """Per ``(batch, context)``: the first replica's admission (prefill) step, then every
+    replica's decode steps, as :func:`_sample` dicts."""
+    admissions: list[tuple[dict, dict]]
+    """The single admissions between rounds: (prefill step, catch-up step) each."""
+
+
 def time_cells(
     pair,
     streams,
@@ -296,18 +323,17 @@ def time_cells(
     warm_up: tuple[int, int] | None = None,
     on_built=None,
     on_round=None,
-) -> dict[tuple[int, int], list[dict]]:
+) -> TimedCells:
     """The timing procedure that ``specrl profile`` and its freshness check share.
 
     A warm-up cell, ``warm_up`` (default: the largest batch of ``keys`` at its smallest
     context; a check passes its profile's), runs one round and is discarded: the largest
     steps leave the allocator and caches as the timed cells then find them. Then every
     ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
-    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn.
-    ``on_built()`` is called after each cell is built, ``on_round(r)`` after each round.
-
-    Returns per key: the first replica's admission (prefill) step, then every replica's decode
-    steps, as :func:`_sample` dicts."""
+    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn, with
+    :data:`SMALL_ADMISSIONS` single requests admitted to one warm engine after each round
+    (:func:`_small_admission`). ``on_built()`` is called after each cell is built,
+    ``on_round(r)`` after each round."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
     warm = warm_up or (max(b for b, _ in keys), min(c for _, c in keys))
     _Cell(
@@ -317,35 +343,41 @@ def time_cells(
     for b, c in keys:
         cells[b, c] = []
         for r in range(replicas(b)):
-            cells[b, c].append(
-                _Cell(pair, streams, batch=b, context=c, rng=cell_rng(seed, b, c, r), **kw)
-            )
+            rng = cell_rng(seed, b, c, r)
+            cells[b, c].append(_Cell(pair, streams, batch=b, context=c, rng=rng, **kw))
             if on_built is not None:
                 on_built()
+    engine = _admission_engine(pair, k_max=k_max, device=device)
+    admission_rng = cell_rng(seed, 0, 0, 1)
+    admissions = []
     for r in range(reps):
         for copies in cells.values():
             for cell in copies:
                 cell.run_round()
+        admissions += [
+            _small_admission(engine, streams, k_max=k_max, rng=admission_rng)
+            for _ in range(SMALL_ADMISSIONS)
+        ]
         if on_round is not None:
             on_round(r)
-    return {
-        key: [copies[0].admission, *(s for cell in copies for s in cell.samples)]
-        for key, copies in cells.items()
-    }
+    return TimedCells(
+        {
+            key: [copies[0].admission, *(s for cell in copies for s in cell.samples)]
+            for key, copies in cells.items()
+        },
+        admissions,
+    )
+
+
+def clean_steps(decode: Sequence[dict], k: int) -> list[dict]:
+    """A cell's decode steps at ``k`` that admitted nothing and caught nothing up: those a
+    profile's cell figures and its freshness check both take."""
+    return [s for s in decode if s["k"] == k and s["catchup_tokens"] == 0]
 
 
 def clean_step_seconds(decode: Sequence[dict], k: int) -> list[float]:
-    """Seconds of a cell's decode steps at ``k`` that admitted nothing and caught nothing up:
-    the statistic a profile's cell figures and its freshness check both take."""
-    return [
-        s["total"] - s["prefill"] - s["catchup"]
-        for s in decode
-        if s["k"] == k and s["catchup_tokens"] == 0
-    ]
-
-
-SPREAD_STEPS = 10
-"""Fewest steps a K's own spread is read from; below, the spread of every K of the cell."""
+    """Seconds of :func:`clean_steps`, without any prefill or catch-up time."""
+    return [s["total"] - s["prefill"] - s["catchup"] for s in clean_steps(decode, k)]
 
 
 def cell_statistics(decode: Sequence[dict], k_max: int) -> tuple[list[float], list[float]]:
@@ -811,7 +843,10 @@ def check_acceptance_source(
     wanted = {
         "k_max": (source.k_max, k_max),
         "device kind": (kind, here),
-        "prompts file": ((source.meta.get("prompts") or {}).get("file"), prompts and prompts.path),
+        "prompts file (sha256)": (
+            (source.meta.get("prompts") or {}).get("sha256"),
+            prompts and prompts.sha256,
+        ),
         "acceptance_rows": (source.meta.get("acceptance_rows"), acceptance_rows),
         "acceptance_tokens": (source.meta.get("acceptance_tokens"), acceptance_tokens),
     }
@@ -898,6 +933,7 @@ def measure_profile(
         prompts=prompts,
         tokens=tokens,
     )
+    corpus_streams = streams is None
     if streams is None:
         from specrl.workload.prompts import token_streams
 
@@ -907,19 +943,12 @@ def measure_profile(
     n_cells = sum(replicas(b) for b, _ in keys)
     bar = tqdm(total=n_cells + reps + groups, desc="profile", disable=not progress)
     bar.set_postfix_str("timing cells")
-    small = []
-    admissions = _admission_engine(pair, k_max=k_max, device=device)
 
     def after_round(r: int) -> None:
-        # Single admissions between the rounds, as served traffic admits requests.
-        small.extend(
-            _small_admission(admissions, streams, k_max=k_max, rng=rng)
-            for _ in range(SMALL_ADMISSIONS)
-        )
         bar.set_postfix_str(f"round {r + 1}/{reps}")
         bar.update()
 
-    samples = time_cells(
+    timed = time_cells(
         pair,
         streams,
         keys,
@@ -931,6 +960,8 @@ def measure_profile(
         on_built=bar.update,
         on_round=after_round,
     )
+    # Rows cut from the corpus are rows a check can rebuild (from the tokenizer alone).
+    by_cell = prompts is None and corpus_streams
     if acceptance_from is not None:
         accepted = {name: getattr(acceptance_from, name) for name in ACCEPTANCE_FIELDS}
     else:
@@ -949,7 +980,7 @@ def measure_profile(
             counts, steps = _acceptance(pair, streams, domains=DOMAINS, **common)
         accepted = acceptance_fields(counts, steps)
     bar.close()
-    profile = _tabulate(samples, small, batch_sizes, contexts, k_max, accepted)
+    profile = _tabulate(timed, batch_sizes, contexts, k_max, accepted, by_cell=by_cell)
     profile.fingerprint = fingerprint
     profile.meta = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -1010,16 +1041,6 @@ def rest_of_step(sample: dict) -> float:
     return sample["total"] - part - sample["verify"] - sample["prefill"]
 
 
-ACCEPTANCE_FIELDS = (
-    "acceptance",
-    "acceptance_by_output",
-    "acceptance_counts",
-    "request_levels",
-    "level_drift",
-)
-"""The profile's fields that hold what the pair accepts, not what the machine costs."""
-
-
 def acceptance_fields(counts: dict, request_steps: dict) -> dict:
     """The profile's :data:`ACCEPTANCE_FIELDS` from the acceptance pass: per-position
     ``counts`` and every request's steps, per domain and band."""
@@ -1065,9 +1086,13 @@ def acceptance_fields(counts: dict, request_steps: dict) -> dict:
     }
 
 
-def _tabulate(samples, small, batch_sizes, contexts, k_max, acceptance: dict) -> Profile:
-    """The profile from the timing cells' ``samples``, the ``small`` admissions and the
-    :func:`acceptance_fields`."""
+def _tabulate(
+    timed: TimedCells, batch_sizes, contexts, k_max, acceptance: dict, *, by_cell: bool
+) -> Profile:
+    """The profile from the :func:`time_cells` measurements and the
+    :func:`acceptance_fields`; with ``by_cell``, the cells' medians and spreads for the
+    freshness check (rows it can rebuild: cut from the held-out corpus)."""
+    samples, small = timed.cells, timed.admissions
     nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
     verify = np.zeros((nb, nk, nc))
     draft = np.zeros((nb, nk, nc))
@@ -1104,6 +1129,8 @@ def _tabulate(samples, small, batch_sizes, contexts, k_max, acceptance: dict) ->
         # would make both cells wrong.
         table[:] = _monotone(table, axis=2)
     cells = [cell_statistics(samples[b, contexts[0]][1:], k_max) for b in batch_sizes]
+    if not by_cell:
+        cells = None
     if np.any(np.diff(ctx_seen) <= 0):
         raise SpecrlError(
             f"measured contexts {ctx_seen.tolist()} do not increase; space the "
@@ -1138,8 +1165,8 @@ def _tabulate(samples, small, batch_sizes, contexts, k_max, acceptance: dict) ->
         request_levels=acceptance["request_levels"],
         tokens_per_s=tokens_per_s.tolist(),
         level_drift=acceptance["level_drift"],
-        cell_s=[medians for medians, _ in cells],
-        cell_spread=[spreads for _, spreads in cells],
+        cell_s=cells and [medians for medians, _ in cells],
+        cell_spread=cells and [spreads for _, spreads in cells],
     )
 
 
