@@ -98,6 +98,11 @@ ACCEPTANCE_BATCH = 128
 """How many of them run at once (continuous batching serves the rest as rows free up)."""
 SMALL_ADMISSIONS = 6
 """Single-request admissions timed per round (see :func:`_small_admission`)."""
+GROUP_ADMISSIONS = (2, 4, 8, 16)
+"""Then one admission of each of these many requests at once per round: the few-row
+admissions served traffic has between a single request and a whole cell, timed through the
+rounds and not only while the cells are built, so that a slow minute at the start does not
+set every prefill."""
 PLAIN_STEPS = 3
 """K=0 steps before each catch-up step: the draft falls 3 tokens behind."""
 REPLICA_BATCH = 8
@@ -307,7 +312,8 @@ class TimedCells:
     """Per ``(batch, context)``: the first replica's admission (prefill) step, then every
     replica's decode steps, as :func:`_sample` dicts."""
     admissions: list[tuple[dict, dict]]
-    """The single admissions between rounds: (prefill step, catch-up step) each."""
+    """The admissions between rounds: (prefill step, catch-up step) each; the prefill step
+    also records ``prefill_padded``, rows x the widest prompt."""
 
 
 def time_cells(
@@ -331,7 +337,8 @@ def time_cells(
     steps leave the allocator and caches as the timed cells then find them. Then every
     ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
     drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn, with
-    :data:`SMALL_ADMISSIONS` single requests admitted to one warm engine after each round
+    :data:`SMALL_ADMISSIONS` single requests, then a group of each size of
+    :data:`GROUP_ADMISSIONS`, admitted to one warm engine after each round
     (:func:`_small_admission`). ``on_built()`` is called after each cell is built,
     ``on_round(r)`` after each round."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
@@ -355,8 +362,8 @@ def time_cells(
             for cell in copies:
                 cell.run_round()
         admissions += [
-            _small_admission(engine, streams, k_max=k_max, rng=admission_rng)
-            for _ in range(SMALL_ADMISSIONS)
+            _small_admission(engine, streams, k_max=k_max, rng=admission_rng, rows=rows)
+            for rows in [1] * SMALL_ADMISSIONS + list(GROUP_ADMISSIONS)
         ]
         if on_round is not None:
             on_round(r)
@@ -774,10 +781,10 @@ def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
 
 
 def _admission_engine(pair, *, k_max: int, device: str):
-    """The one engine that :func:`_small_admission` admits single requests to in turn: warm,
-    as a serving engine is when a request joins it (an engine built for each admission read
-    its prefill about 5% slow). Sized for the presets' longest prompt, or the pair's
-    positions where it has fewer."""
+    """The one engine that :func:`_small_admission` admits requests to in turn: warm, as a
+    serving engine is when requests join it (an engine built for each admission read its
+    prefill about 5% slow). Sized for the largest group of :data:`GROUP_ADMISSIONS` at the
+    presets' longest prompt, or the pair's positions where it has fewer."""
     from specrl.engine import position_limit
 
     longest = DEFAULT_PROMPT_LENGTHS.hi + k_max + 4
@@ -785,26 +792,34 @@ def _admission_engine(pair, *, k_max: int, device: str):
     if limit is not None:
         longest = min(longest, limit.positions)
     return _engine(
-        pair, max_batch=1, max_len=_max_len(pair, longest, 4), k_max=k_max, device=device
+        pair,
+        max_batch=max(GROUP_ADMISSIONS),
+        max_len=_max_len(pair, longest, 4),
+        k_max=k_max,
+        device=device,
     )
 
 
-def _small_admission(engine, streams, *, k_max, rng) -> tuple[dict, dict]:
-    """One request of a workload-like prompt length joining ``engine``
-    (:func:`_admission_engine`) on its own, as in served traffic: its prefill (the admission
-    step) and the draft's catch-up on it (the next K=k_max step); then it decodes to its end,
-    untimed, and leaves the engine empty. A draw longer than the engine holds takes its
-    longest."""
-    length = int(DEFAULT_PROMPT_LENGTHS.sample(rng, 1)[0])
-    length = max(1, min(length, engine.max_len - k_max - 4))
+def _small_admission(engine, streams, *, k_max, rng, rows: int = 1) -> tuple[dict, dict]:
+    """``rows`` requests of workload-like prompt lengths (each from a random domain) joining
+    ``engine`` (:func:`_admission_engine`) together, as in served traffic: their prefill
+    (the admission step, with ``prefill_padded``: rows x the widest prompt) and the draft's
+    catch-up on them (the next K=k_max step); then they decode to their end, untimed, and
+    leave the engine empty. A draw longer than the engine holds takes its longest."""
+    lengths = [
+        max(1, min(int(n), engine.max_len - k_max - 4))
+        for n in DEFAULT_PROMPT_LENGTHS.sample(rng, rows)
+    ]
     domains = list(streams)
-    prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
-    engine.add(prompt, max_new_tokens=k_max + 4)
-    timed = _sample(engine.step(0)), _sample(engine.step(k_max))
+    for length in lengths:
+        prompt = _prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
+        engine.add(prompt, max_new_tokens=k_max + 4)
+    prefill = {**_sample(engine.step(0)), "prefill_padded": rows * max(lengths)}
+    catchup = _sample(engine.step(k_max))
     while engine.has_work:
         engine.step(0)
     engine.pop_finished()
-    return timed
+    return prefill, catchup
 
 
 def _log_spread(logs: list[float]) -> float:
@@ -1157,7 +1172,7 @@ def _tabulate(
         draft_s=draft.tolist(),
         overhead_s=overhead.tolist(),
         time_log_sigma=sigma.tolist(),
-        prefill=_monotone_points(prefill + [(s["prefill_tokens"], s["prefill"]) for s, _ in small]),
+        prefill=_monotone_points(prefill + [(s["prefill_padded"], s["prefill"]) for s, _ in small]),
         catchup=_monotone_points(catchup + [(s["catchup_padded"], s["catchup"]) for _, s in small]),
         acceptance=acceptance["acceptance"],
         acceptance_by_output=acceptance["acceptance_by_output"],
