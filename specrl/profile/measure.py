@@ -391,8 +391,7 @@ def cell_statistics(decode: Sequence[dict], k_max: int) -> tuple[list[float], li
     """Per K = 0..k_max: the median of :func:`clean_step_seconds` and its spread, the robust
     standard deviation of ``log(seconds / median)`` over the steps at that K, or over every K
     of the cell (each around its own median) where a K has fewer than :data:`SPREAD_STEPS`
-    steps: a large batch's K>0 has one step a round, and the spread of five read 1.7% where
-    checks a minute apart moved 8%."""
+    steps: a large batch's K>0 has one step a round, too few to read a spread from."""
     medians, logs = [], []
     for k in range(k_max + 1):
         seconds = clean_step_seconds(decode, k)
@@ -782,9 +781,9 @@ def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
 
 def _admission_engine(pair, *, k_max: int, device: str):
     """The one engine that :func:`_small_admission` admits requests to in turn: warm, as a
-    serving engine is when requests join it (an engine built for each admission read its
-    prefill about 5% slow). Sized for the largest group of :data:`GROUP_ADMISSIONS` at the
-    presets' longest prompt, or the pair's positions where it has fewer."""
+    serving engine is when requests join it. Sized for the largest group of
+    :data:`GROUP_ADMISSIONS` at the presets' longest prompt, or the pair's positions where it
+    has fewer."""
     from specrl.engine import position_limit
 
     longest = DEFAULT_PROMPT_LENGTHS.hi + k_max + 4
