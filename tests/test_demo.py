@@ -17,6 +17,21 @@ PLOTS = ("buckets-live", "buckets-surrogate-mixed", "table", "training", "k-over
 """The PNG plots a demo writes into its run folder."""
 
 
+def _micro_demo(out: Path, *, max_batch: int) -> DemoOptions:
+    """The demo on the micro pair at the smallest budget that still runs every stage."""
+    return DemoOptions(
+        out=str(out),
+        preset="micro",
+        timesteps=512,
+        surrogate_episodes=1,
+        live_requests=4,
+        max_batch=max_batch,
+        n_requests=8,
+        wandb="offline",
+        progress=False,
+    )
+
+
 def test_demo_writes_every_artifact_and_prints_the_tables(
     micro_pair, micro_pair_paths, tmp_path, monkeypatch, capsys
 ):
@@ -41,17 +56,7 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
         acceptance_tokens=40,
         progress=False,
     ).save(cached)
-    options = DemoOptions(
-        out=str(tmp_path),
-        preset="micro",
-        timesteps=512,
-        surrogate_episodes=1,
-        live_requests=4,
-        max_batch=2,
-        n_requests=8,
-        wandb="offline",
-        progress=False,
-    )
+    options = _micro_demo(tmp_path, max_batch=2)
     result = run_demo(options)
     printed = capsys.readouterr().out
     run = result.run_dir
@@ -103,17 +108,7 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
-    options = DemoOptions(
-        out=str(root),
-        preset="micro",
-        timesteps=512,
-        surrogate_episodes=1,
-        live_requests=4,
-        max_batch=8,
-        n_requests=8,
-        wandb="offline",
-        progress=False,
-    )
+    options = _micro_demo(root, max_batch=8)
     return run_demo(options), run_demo(options)
 
 
