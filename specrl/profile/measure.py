@@ -900,8 +900,8 @@ def measure_profile(
     ``acceptance_from``: a profile of the same weights whose acceptance fields
     (:data:`ACCEPTANCE_FIELDS`) are taken instead of measuring them again (see
     :func:`check_acceptance_source`, whose errors name it ``acceptance_source``): what a pair
-    accepts does not depend on the machine, and
-    measuring it is most of a profile's time. Only the step times are measured then."""
+    accepts does not depend on the machine, and measuring it is most of a profile's time.
+    Only the step times are measured then."""
     from tqdm.auto import tqdm
 
     if pair.draft is None:
@@ -947,7 +947,9 @@ def measure_profile(
         prompts=prompts,
         tokens=tokens,
     )
-    corpus_streams = streams is None
+    # Rows cut from the held-out corpus are rows a check can rebuild (from the tokenizer
+    # alone); a prompts file's streams were set above.
+    by_cell = streams is None
     if streams is None:
         from specrl.workload.prompts import token_streams
 
@@ -974,8 +976,6 @@ def measure_profile(
         on_built=bar.update,
         on_round=after_round,
     )
-    # Rows cut from the corpus are rows a check can rebuild (from the tokenizer alone).
-    by_cell = prompts is None and corpus_streams
     if acceptance_from is not None:
         accepted = {name: getattr(acceptance_from, name) for name in ACCEPTANCE_FIELDS}
     else:
