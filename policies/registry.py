@@ -1,6 +1,6 @@
 """Controllers by command-line name: ``off``, ``fixed:K``, ``threshold:K:B``,
-``schedule:FILE``, ``hf``, ``ema``, ``goodput``, ``oracle``, ``ppo:RUN_DIR`` and
-``lookup:TABLE.json``."""
+``threshold:tuned``, ``sweep``, ``schedule:FILE``, ``hf``, ``ema``, ``goodput``, ``oracle``,
+``ppo:RUN_DIR`` and ``lookup:TABLE.json``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from specrl.errors import SpecrlError
 from specrl.policies.adaptive import AcceptEMA, HFHeuristic
 from specrl.policies.base import KPolicy
+from specrl.policies.engineer import tune_sweep, tune_threshold
 from specrl.policies.fixed import BatchThreshold, FixedK
 from specrl.policies.goodput import Goodput
 from specrl.policies.oracle import Oracle
@@ -17,20 +18,22 @@ from specrl.profile import Profile
 
 VALID_FORMS = (
     "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
-    "B, off above), schedule:FILE (a vLLM or TensorRT-LLM table, JSON), hf (transformers' "
+    "B, off above), threshold:tuned and sweep (the engineer's: tuned in the surrogate on "
+    "seeds from 50000), schedule:FILE (a vLLM or TensorRT-LLM table, JSON), hf (transformers' "
     "heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput model), oracle "
     "(surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`), lookup:TABLE.json (a "
     "table written by `specrl export`)"
 )
-_NO_ARGS = ("off", "hf", "ema", "goodput", "oracle")
+_NO_ARGS = ("off", "sweep", "hf", "ema", "goodput", "oracle")
 
 
 def default_policies(k_max: int, *, surrogate: bool = True) -> list[str]:
-    """The baselines a comparison runs: off, every fixed K, the batch threshold, the adaptive
-    ones and, on the surrogate only, the oracle."""
+    """The baselines a comparison runs: off, every fixed K, the batch threshold, the engineer's
+    tuned threshold and per-bucket sweep, the adaptive ones and, on the surrogate only, the
+    oracle."""
     names = ["off", *(f"fixed:{k}" for k in range(1, k_max + 1))]
     if k_max >= 1:
-        names += [f"threshold:{k_max}:8", "hf", "ema", "goodput"]
+        names += [f"threshold:{k_max}:8", "threshold:tuned", "sweep", "hf", "ema", "goodput"]
     return names + (["oracle"] if surrogate else [])
 
 
@@ -72,6 +75,10 @@ def make_policy(
         return FixedK(0)
     if kind == "fixed":
         return FixedK(_bounded(spec, "K", args[0], 0, k_max))
+    if kind == "threshold" and args == ["tuned"]:
+        return tune_threshold(env, profile=profile)
+    if kind == "sweep":
+        return tune_sweep(env, profile=profile)
     if kind == "threshold":
         k = _bounded(spec, "K", args[0], 0, k_max)
         return BatchThreshold(k, _bounded(spec, "B", args[1], 0, None), max_batch)
@@ -137,6 +144,8 @@ def _split(spec: str) -> tuple[str, list[str]]:
     else:
         args = rest.split(":") if rest else []
         wanted = {"fixed": 1, "threshold": 2, **dict.fromkeys(_NO_ARGS, 0)}.get(kind)
+        if kind == "threshold" and args == ["tuned"]:
+            wanted = 1
     if wanted is None or len(args) != wanted:
         raise SpecrlError(f"unknown or malformed policy {spec!r}; valid: {VALID_FORMS}")
     return kind, args

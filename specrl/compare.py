@@ -8,6 +8,10 @@ at each K, and per-request time per output token (TPOT, p50 and p99), the latenc
 stream sees. With more than one episode, the table also gives the lowest and highest
 per-episode ratio to the best static policy on the same trace: live, a difference inside that
 range is not one a single run can tell from the machine's noise.
+
+When the engineer's baselines ran (``threshold:tuned`` and ``sweep``, tuned in the surrogate
+on seeds apart from the comparison's: :mod:`specrl.policies.engineer`), every policy is also
+rated against "the engineer", the better of the two, and the table says how each was tuned.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from specrl.files import check_output, write_atomic, write_json
 
 _STATIC = re.compile(r"^(off|K=\d+)$")
 """Names of the static policies: off and the fixed Ks (not the threshold)."""
+ENGINEER = ("threshold:tuned", "sweep")
+"""The engineer's baselines: "the engineer" is the better of those that ran."""
 
 
 @dataclass
@@ -75,6 +81,13 @@ def best_static(results: list[PolicyResult]) -> PolicyResult | None:
     return max(static_results(results), key=lambda r: r.tokens_per_s, default=None)
 
 
+def engineer(results: list[PolicyResult]) -> PolicyResult | None:
+    """The better of ``threshold:tuned`` and ``sweep`` among ``results`` (None if neither
+    ran)."""
+    tuned = [r for r in results if r.policy in ENGINEER]
+    return max(tuned, key=lambda r: r.tokens_per_s, default=None)
+
+
 @dataclass
 class ComparisonReport:
     env: str
@@ -82,11 +95,19 @@ class ComparisonReport:
     seed: int
     episodes: int
     results: list[PolicyResult]
+    tuning: dict[str, dict] = field(default_factory=dict)
+    """Per tuned policy (the engineer's), how it was tuned
+    (:meth:`specrl.policies.engineer.Tuning.to_json`, plus ``"described"``)."""
 
     @property
     def best_static(self) -> PolicyResult | None:
         """The best of off and the fixed Ks among the results (None if none ran)."""
         return best_static(self.results)
+
+    @property
+    def engineer(self) -> PolicyResult | None:
+        """The better of ``threshold:tuned`` and ``sweep`` (None if neither ran)."""
+        return engineer(self.results)
 
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
@@ -133,18 +154,25 @@ class ComparisonReport:
             if best is None
             else {"policy": best.policy, "tokens_per_s": best.tokens_per_s},
             "best_static_by_bucket": self.best_static_by_bucket(),
+            "engineer": None
+            if self.engineer is None
+            else {"policy": self.engineer.policy, "tokens_per_s": self.engineer.tokens_per_s},
+            "tuning": self.tuning,
         }
 
     def format(self) -> str:
-        """A Markdown table: tokens/s, ratios to best static and off, each bucket, TPOT; then
-        the best static policy overall and per bucket, naming the static policies it was
-        chosen among (left out with fewer than two: one policy is no finding), and the fewest
-        steps any policy took in each bucket."""
-        best, off = self.best_static, self.result("off")
+        """A Markdown table: tokens/s, ratios to best static, the engineer and off, each
+        bucket, TPOT; then the best static policy overall and per bucket, naming the static
+        policies it was chosen among (left out with fewer than two: one policy is no
+        finding), how the engineer's baselines were tuned, and the fewest steps any policy
+        took in each bucket."""
+        best, off, eng = self.best_static, self.result("off"), self.engineer
         buckets = self.reached_buckets()
         spread = best is not None and self.episodes > 1
         head = ["policy", "tokens/s", "/ best static"]
         head += ["min-max per episode"] if spread else []
+        head += ["/ engineer"] if eng else []
+        head += ["min-max per episode"] if eng and self.episodes > 1 else []
         head += ["/ off"] + [f"B {b}" for b in buckets] + ["TPOT p50 ms", "TPOT p99 ms"]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.results:
@@ -153,6 +181,11 @@ class ComparisonReport:
             if spread:
                 ratios = self.paired_ratios(r.policy, best.policy)
                 cells.append(f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-")
+            if eng:
+                cells.append(f"{r.tokens_per_s / eng.tokens_per_s:.3f}")
+                if self.episodes > 1:
+                    ratios = self.paired_ratios(r.policy, eng.policy)
+                    cells.append(f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-")
             cells.append(f"{r.tokens_per_s / off.tokens_per_s:.3f}" if off else "-")
             cells += [
                 f"{r.bucket_tokens_per_s[b]:.0f}" if b in r.bucket_tokens_per_s else "-"
@@ -174,6 +207,14 @@ class ComparisonReport:
                     f"B {label}: {name}" for label, name in self.best_static_by_bucket().items()
                 )
             )
+        if eng:
+            ran = [name for name in ENGINEER if self.result(name)]
+            notes.append(
+                f"the engineer: {eng.policy} ({eng.tokens_per_s:.0f} tokens/s), the better of "
+                + " and ".join(ran)
+            )
+        for name, tuning in self.tuning.items():
+            notes.append(f"{name}: {tuning['described']}")
         if any(r.bucket_steps for r in self.results):
             fewest = {
                 b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes
@@ -273,6 +314,15 @@ def compare_policies(
     names = [p.name for p in policies]
     if len(set(names)) != len(names):
         raise SpecrlError(f"policies repeat a name: {names}; list each policy once")
+    evaluated = set(range(seed, seed + episodes))
+    for p in policies:
+        tuned_on = set(getattr(getattr(p, "tuning", None), "seeds", ()))
+        if tuned_on & evaluated:
+            raise SpecrlError(
+                f"{p.name} was tuned on seeds {sorted(tuned_on)}, and this comparison plays "
+                f"seeds {seed}..{seed + episodes - 1}: a tuned baseline is judged on seeds it "
+                "has not seen; pick another --seed"
+            )
     warm_up(env, policies[-1], seed=seed, steps=warmup_steps)
     runs: dict[str, list] = {p.name: [] for p in policies}
     with tqdm(total=episodes * len(policies), desc="compare", disable=not progress) as bar:
@@ -283,7 +333,12 @@ def compare_policies(
                 bar.update()
     k_max = env.unwrapped.k_max
     results = [summarize(p.name, runs[p.name], k_max) for p in policies]
-    return ComparisonReport(env_name, workload, seed, episodes, results)
+    tuning = {
+        p.name: {**p.tuning.to_json(), "described": p.tuning.describe()}
+        for p in policies
+        if getattr(p, "tuning", None) is not None
+    }
+    return ComparisonReport(env_name, workload, seed, episodes, results, tuning)
 
 
 def compare_surrogate(

@@ -1,0 +1,289 @@
+"""The engineer who tunes by hand: the two schedules a serving engineer writes after
+benchmarking each concurrency, tuned in the surrogate on seeds apart from any evaluation.
+
+* :func:`tune_threshold` (``threshold:tuned``): the best "K up to B rows, off above" over
+  K in 1..k_max and B over :data:`THRESHOLD_BATCHES` (and ``max_batch``: always on).
+* :func:`tune_sweep` (``sweep``): one run of each static K (off, 1..k_max); in each batch
+  bucket (:data:`specrl.features.BATCH_BUCKETS`), the K with the most tokens/s in the steps
+  of that bucket. This is what a benchmark at each concurrency gives, written as a
+  vLLM-style schedule. A bucket no static run reached takes the K of the nearest bucket
+  below that was reached (above, for the smallest buckets).
+
+Both score candidates by aggregate tokens/s (sum of tokens over sum of seconds) over
+:data:`TUNE_EPISODES` episodes from :data:`TUNE_SEED` of the env's own workload and profile.
+A :class:`Tuning` records the seeds, the episodes played and their cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.errors import SpecrlError
+from specrl.features import batch_bucket, bucket_bounds
+from specrl.policies.fixed import BatchThreshold
+from specrl.policies.schedule import BatchSchedule
+
+TUNE_SEED = 50_000
+"""First seed of the tuning episodes: apart from training (0..), its evaluation (10,000),
+the held-out comparisons (20,000), the warm start (30,000) and the export's visits
+(40,000)."""
+TUNE_EPISODES = 2
+"""Tuning episodes per candidate and workload."""
+THRESHOLD_BATCHES = (2, 4, 8, 12, 16, 24, 32, 64)
+"""The thresholds B an engineer tries: the concurrencies a benchmark usually runs at."""
+
+
+@dataclass
+class Tuning:
+    """How a tuned schedule was chosen."""
+
+    method: str
+    """``"threshold"`` or ``"sweep"``."""
+    chosen: str
+    """The schedule in words, e.g. ``"K=2 up to B=16, off above"``."""
+    workloads: list[str]
+    seeds: list[int]
+    episodes: int = 0
+    """Episodes played while tuning."""
+    surrogate_s: float = 0.0
+    """Serving seconds those episodes simulate: what the benchmark would take on the machine."""
+    wall_s: float = 0.0
+    tokens_per_s: float = 0.0
+    """The chosen schedule's tokens/s on the tuning episodes."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """Every candidate's tokens/s on the tuning episodes."""
+
+    def describe(self) -> str:
+        seeds = f"{self.seeds[0]}" if len(self.seeds) == 1 else f"{self.seeds[0]}-{self.seeds[-1]}"
+        return (
+            f"{self.chosen}; tuned on seeds {seeds} of {', '.join(self.workloads)}: "
+            f"{self.episodes} episodes, {self.surrogate_s:,.0f} surrogate s "
+            f"({self.wall_s:.1f} s wall)"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "method": self.method,
+            "chosen": self.chosen,
+            "workloads": self.workloads,
+            "seeds": self.seeds,
+            "episodes": self.episodes,
+            "surrogate_s": self.surrogate_s,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+            "scores": self.scores,
+        }
+
+
+def tuning_seeds(episodes: int = TUNE_EPISODES, seed: int = TUNE_SEED) -> list[int]:
+    return list(range(seed, seed + episodes))
+
+
+def tuning_env(env, profile=None):
+    """A surrogate env on ``env``'s profile, workload and sizes: ``env`` itself when it is
+    the surrogate; for the live env, one on its profile (or ``profile``)."""
+    from specrl.envs import SurrogateSpecEnv
+
+    base = getattr(env, "unwrapped", env)
+    if isinstance(base, SurrogateSpecEnv):
+        return base
+    own = getattr(base, "profile", None)
+    profile = own if own is not None else profile
+    if profile is None:
+        raise SpecrlError(
+            "the engineer's baselines are tuned in the surrogate on a hardware profile, and "
+            "this env keeps none; pass profile= (the one the live env was built with)"
+        )
+    return SurrogateSpecEnv(
+        profile=profile,
+        workload=base.workload,
+        workload_kwargs=dict(base._workload_kwargs),
+        k_max=base.k_max,
+        max_batch=base.max_batch,
+        max_len=base.max_len,
+    )
+
+
+def workload_name(env) -> str:
+    workload = getattr(env, "unwrapped", env).workload
+    return str(getattr(workload, "name", workload))
+
+
+class Scorer:
+    """Plays schedules on fixed seeds of one or more surrogate envs and keeps the count of
+    what that cost; each dense schedule is played once (results are cached)."""
+
+    def __init__(self, envs: list, seeds: list[int]):
+        if not envs or not seeds:
+            raise SpecrlError("Scorer: needs at least one env and one seed")
+        self.envs, self.seeds = envs, list(seeds)
+        self.episodes, self.surrogate_s = 0, 0.0
+        self._cache: dict[bytes, list] = {}
+
+    def play(self, dense: np.ndarray) -> list:
+        """Per env, the :class:`~specrl.envs.EpisodeResult` of each seed under the schedule
+        ``dense`` (K per batch size ``0..max_batch``)."""
+        from specrl.envs.rollout import run_episode
+
+        dense = np.asarray(dense, dtype=np.int64)
+        key = dense.tobytes()
+        if key not in self._cache:
+            out = []
+            for env in self.envs:
+                policy = BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
+                runs = [run_episode(env, policy, seed=s) for s in self.seeds]
+                self.episodes += len(runs)
+                self.surrogate_s += sum(r.seconds for r in runs)
+                out.append(runs)
+            self._cache[key] = out
+        return self._cache[key]
+
+    def tokens_per_s(self, dense: np.ndarray) -> list[float]:
+        """Per env: aggregate tokens/s over the seeds."""
+        return [
+            sum(r.tokens for r in runs) / sum(r.seconds for r in runs) for runs in self.play(dense)
+        ]
+
+    def score(self, dense: np.ndarray) -> float:
+        """The geometric mean over envs of aggregate tokens/s: every workload counts alike."""
+        return float(np.exp(np.mean(np.log(self.tokens_per_s(dense)))))
+
+
+def threshold_dense(k: int, batch: int, max_batch: int) -> np.ndarray:
+    dense = np.where(np.arange(max_batch + 1) <= batch, k, 0)
+    dense[0] = 0
+    return dense
+
+
+def threshold_candidates(k_max: int, max_batch: int) -> list[tuple[int, int]]:
+    """``(K, B)`` pairs: K in 1..k_max, B in :data:`THRESHOLD_BATCHES` up to ``max_batch``,
+    and ``max_batch`` itself (always on); with ``k_max`` 0 only off."""
+    batches = sorted({b for b in THRESHOLD_BATCHES if b < max_batch} | {max_batch})
+    pairs = [(k, b) for k in range(1, k_max + 1) for b in batches]
+    return pairs or [(0, max_batch)]
+
+
+def tune_threshold(env, *, profile=None, seeds: list[int] | None = None) -> BatchThreshold:
+    """``threshold:tuned``: the best :class:`BatchThreshold` on the tuning seeds of ``env``'s
+    workload (see the module); its :class:`Tuning` is on ``.tuning``."""
+    start = time.perf_counter()
+    surrogate = tuning_env(env, profile)
+    scorer = Scorer([surrogate], seeds or tuning_seeds())
+    k_max, max_batch = surrogate.k_max, surrogate.max_batch
+    scores = {
+        (k, b): scorer.score(threshold_dense(k, b, max_batch))
+        for k, b in threshold_candidates(k_max, max_batch)
+    }
+    k, b = max(scores, key=lambda kb: (scores[kb], -kb[0], -kb[1]))  # ties: smaller K, B
+    policy = BatchThreshold(k, b, max_batch)
+    policy.name = "threshold:tuned"
+    policy.tuning = Tuning(
+        method="threshold",
+        chosen=f"K={k} up to B={b}, off above" if b < max_batch else f"K={k} at every batch",
+        workloads=[workload_name(surrogate)],
+        seeds=scorer.seeds,
+        episodes=scorer.episodes,
+        surrogate_s=scorer.surrogate_s,
+        wall_s=time.perf_counter() - start,
+        tokens_per_s=scores[k, b],
+        scores={f"K={kk} B<={bb}": v for (kk, bb), v in scores.items()},
+    )
+    return policy
+
+
+def sweep_dense(bucket_k: dict[tuple[int, int], int], max_batch: int) -> np.ndarray:
+    """K per batch size ``0..max_batch`` from K per (lo, hi) bucket."""
+    dense = np.zeros(max_batch + 1, dtype=np.int64)
+    for (lo, hi), k in bucket_k.items():
+        dense[lo : min(hi, max_batch) + 1] = k
+    return dense
+
+
+def sweep_buckets(max_batch: int) -> list[tuple[int, int]]:
+    """The batch buckets up to ``max_batch`` (the last cut at it)."""
+    out, batch = [], 1
+    while batch <= max_batch:
+        lo, hi = bucket_bounds(batch_bucket(batch))
+        out.append((lo, min(hi, max_batch)))
+        batch = hi + 1
+    return out
+
+
+def fill_unreached(best: dict[tuple[int, int], int | None]) -> dict[tuple[int, int], int]:
+    """``best`` with each None (a bucket no run reached) taken from the nearest reached bucket
+    below it, or above it when none below was reached; all None: off everywhere."""
+    buckets = list(best)
+    reached = [i for i, b in enumerate(buckets) if best[b] is not None]
+    if not reached:
+        return dict.fromkeys(buckets, 0)
+    out = {}
+    for i, b in enumerate(buckets):
+        below = [j for j in reached if j <= i]
+        out[b] = best[buckets[below[-1] if below else reached[0]]]
+    return out
+
+
+def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSchedule:
+    """``sweep``: per batch bucket, the static K with the most tokens/s there on the tuning
+    seeds of ``env``'s workload (see the module); its :class:`Tuning` is on ``.tuning``."""
+    start = time.perf_counter()
+    surrogate = tuning_env(env, profile)
+    scorer = Scorer([surrogate], seeds or tuning_seeds())
+    k_max, max_batch = surrogate.k_max, surrogate.max_batch
+    buckets = sweep_buckets(max_batch)
+    rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}
+    for k in range(k_max + 1):
+        dense = np.full(max_batch + 1, k)
+        tokens = dict.fromkeys(buckets, 0.0)
+        seconds = dict.fromkeys(buckets, 0.0)
+        for run in scorer.play(dense)[0]:
+            for rows, t, s in zip(run.step_batch, run.step_tokens, run.step_seconds):
+                if rows > 0:
+                    bucket = next(b for b in buckets if b[0] <= rows <= b[1])
+                    tokens[bucket] += t
+                    seconds[bucket] += s
+        for b in buckets:
+            if seconds[b] > 0:
+                rates[b][k] = tokens[b] / seconds[b]
+    best = {b: (max(r, key=lambda k: (r[k], -k)) if r else None) for b, r in rates.items()}
+    unreached = [b for b, k in best.items() if k is None]
+    bucket_k = fill_unreached(best)
+    dense = sweep_dense(bucket_k, max_batch)
+    entries = vllm_entries(dense)
+    policy = BatchSchedule.from_vllm(entries, max_batch=max_batch, k_max=k_max, name="sweep")
+    policy.entries = entries
+    chosen = "per bucket " + ", ".join(
+        f"{lo}-{hi}: {k}" if lo != hi else f"{lo}: {k}" for (lo, hi), k in bucket_k.items()
+    )
+    if unreached:
+        chosen += (
+            " (unreached, from neighbours: " + ", ".join(f"{lo}-{hi}" for lo, hi in unreached) + ")"
+        )
+    own = scorer.score(dense)  # played before the cost is counted
+    policy.tuning = Tuning(
+        method="sweep",
+        chosen=chosen,
+        workloads=[workload_name(surrogate)],
+        seeds=scorer.seeds,
+        episodes=scorer.episodes,
+        surrogate_s=scorer.surrogate_s,
+        wall_s=time.perf_counter() - start,
+        tokens_per_s=own,
+        scores={f"K={k}": scorer.score(np.full(max_batch + 1, k)) for k in range(k_max + 1)},
+    )
+    return policy
+
+
+def vllm_entries(dense) -> list[list[int]]:
+    """``[[lo, hi, K], ...]`` for K per batch size ``0..max_batch`` (index 0 unused), equal
+    neighbours merged: vLLM's ``num_speculative_tokens_per_batch_size``."""
+    entries: list[list[int]] = []
+    for batch, k in enumerate(np.asarray(dense)[1:].tolist(), start=1):
+        if entries and entries[-1][2] == k:
+            entries[-1][1] = batch
+        else:
+            entries.append([batch, batch, int(k)])
+    return entries
