@@ -1,11 +1,15 @@
-"""K by batch size from a serving stack's own table: vLLM Dynamic SD and TensorRT-LLM.
+"""K by batch size from a serving stack's own table: vLLM Dynamic SD, TensorRT-LLM and
+SGLang's adaptive speculative config with one candidate per key.
 
-Both tables are read, validated and expanded exactly as the stack does at startup, so a table
-scored here behaves the same when served, and one the stack would refuse is refused here.
+Each table is read, validated and expanded exactly as the stack does, so a table scored here
+behaves the same when served, and one the stack would refuse is refused here. SGLang decides
+per step from the batch padded up to a CUDA-graph size, so its table is expanded for the
+capture sizes the deployment uses (``cuda_graph_bs``).
 """
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,8 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.export import SGLANG_CUDA_GRAPH_BS, SGLANG_KEY, check_cuda_graph_bs, sglang_padded
 from specrl.files import read_json
 from specrl.policies.base import CONTEXT, KPolicy, check_int, rows_in_batch
+from specrl.table import K_MAX_LIMIT
 
 CONTEXT_INFINITY = 2**31 - 1
 """The end of the last context range of a 5-item vLLM table. vLLM sets it to this value
@@ -25,16 +31,20 @@ VLLM_KEY = "num_speculative_tokens_per_batch_size"
 TRTLLM_KEY = "draft_len_schedule"
 _FIX_FILE = (
     f"give a vLLM speculative config (a {VLLM_KEY!r} list, optionally with "
-    f"'num_speculative_tokens') or a TensorRT-LLM one ('max_draft_len' and {TRTLLM_KEY!r})"
+    f"'num_speculative_tokens'), a TensorRT-LLM one ('max_draft_len' and {TRTLLM_KEY!r}) "
+    f'or an SGLang adaptive config ({{"1": {{"{SGLANG_KEY}": [K]}}, ...}})'
 )
+_SGLANG_FORM = f'{{"BATCH": {{"{SGLANG_KEY}": [K]}}, ...}}'
 
 
 class BatchSchedule(KPolicy):
     """K looked up by the batch size (and, for 5-item vLLM tables, the longest context).
 
-    Stands for vLLM V1 Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374) and
-    TensorRT-LLM's ``draft_len_schedule`` (upper-bound keys, PR #10860). Build one with
-    :meth:`from_vllm`, :meth:`from_trtllm` or :meth:`from_file`.
+    Stands for vLLM V1 Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374),
+    TensorRT-LLM's ``draft_len_schedule`` (upper-bound keys, PR #10860) and SGLang's adaptive
+    speculative config with one candidate per key (lower-bound keys read at the padded
+    batch size, PR #24055). Build one with :meth:`from_vllm`, :meth:`from_trtllm`,
+    :meth:`from_sglang` or :meth:`from_file`.
 
     :param table: K per batch size ``0..max_batch`` and context bucket, ``[max_batch + 1,
         n_buckets]`` (row 0 unused: a step decodes at least one row).
@@ -212,6 +222,70 @@ class BatchSchedule(KPolicy):
         table[0] = 0
         return cls(table, max_batch=max_batch, k_max=k_max, name=name)
 
+    # ------------------------------------------------------------------ SGLang
+
+    @classmethod
+    def from_sglang(
+        cls,
+        config: Mapping,
+        *,
+        max_batch: int,
+        k_max: int | None = None,
+        cuda_graph_bs: Sequence[int] = SGLANG_CUDA_GRAPH_BS,
+        source: str = "SGLang adaptive speculative config",
+        name: str = "schedule:sglang",
+    ) -> BatchSchedule:
+        """SGLang's adaptive speculative config (``--speculative-adaptive-config``) holding
+        one candidate per key: ``{"1": {"candidate_steps": [4]}, "9": {"candidate_steps":
+        [2]}}``.
+
+        Keys are batch-size *lower* bounds, integers >= 1 (JSON strings), one of them 1 and
+        none given twice (``"1"`` and ``"01"`` are the same); each value is an object whose
+        only key is ``candidate_steps``, a list of exactly one integer K >= 0 (at most
+        specrl's ``K_MAX_LIMIT``, 256; repeats of it count as one). Any other key is
+        refused, SGLang's tuning keys such as ``ema_alpha`` included: they act only between
+        several candidates. Several candidates are refused too: SGLang then adapts K to the
+        acceptance it sees, which no static batch -> K table says. One candidate
+        and K=0 need SGLang's newest ``adaptive_spec_params.py`` (after PR #24055); older
+        versions want at least two.
+
+        Expanded as SGLang decides at each step: the batch size is padded up to the
+        smallest of ``cuda_graph_bs`` >= it (a batch above the largest is not padded), and
+        the entry of the largest key <= the padded size applies. K above ``k_max`` is
+        clamped to it, with a warning naming the keys.
+
+        :param cuda_graph_bs: the deployment's CUDA-graph capture sizes
+            (``--cuda-graph-bs``); default :data:`specrl.export.SGLANG_CUDA_GRAPH_BS`, the
+            sizes SGLang captured by default with speculative decoding in the versions we
+            read. Empty: no padding.
+        :param source: where ``config`` came from, for error messages.
+        Other parameters as for the class.
+        """
+        max_batch = check_int(max_batch, "BatchSchedule: max_batch", low=1)
+        sizes = check_cuda_graph_bs(cuda_graph_bs, f"{source}: cuda_graph_bs")
+        entries = _sglang_parts(config, source)  # (lower bound, K, key as given), ascending
+        starts = [lo for lo, _, _ in entries]
+        picked = [
+            bisect.bisect_right(starts, sglang_padded(batch, sizes)) - 1
+            for batch in range(1, max_batch + 1)
+        ]
+        table = [0] + [entries[i][1] for i in picked]
+        if k_max is not None:
+            k_max = check_int(k_max, "BatchSchedule: k_max", low=0)
+            where = ", ".join(
+                f"key {entries[i][2]!r}: K={entries[i][1]}"
+                for i in sorted(set(picked))  # keys no batch size up to max_batch reads: silent
+                if entries[i][1] > k_max
+            )
+            if where:
+                warnings.warn(
+                    f"{source}: K above {k_max} (k_max) at {where}; clamped to {k_max}: the "
+                    "engine drafts no more",
+                    category=SpecrlWarning,
+                    stacklevel=2,
+                )
+        return cls(table, max_batch=max_batch, k_max=k_max, name=name)
+
     # ------------------------------------------------------------------ files
 
     @classmethod
@@ -222,16 +296,24 @@ class BatchSchedule(KPolicy):
         max_batch: int,
         max_len: int | None = None,
         k_max: int | None = None,
+        cuda_graph_bs: Sequence[int] | None = None,
     ) -> BatchSchedule:
-        """A JSON file holding a vLLM or a TensorRT-LLM table, told apart by its keys: a list
-        or an object with ``num_speculative_tokens_per_batch_size`` is vLLM's, an object with
-        ``draft_len_schedule`` TensorRT-LLM's (either may sit under ``speculative_config``).
+        """A JSON file holding a vLLM, a TensorRT-LLM or an SGLang table, told apart by its
+        keys: a list or an object with ``num_speculative_tokens_per_batch_size`` is vLLM's,
+        an object with ``draft_len_schedule`` TensorRT-LLM's, and an object any of whose
+        values is an object holding ``candidate_steps`` SGLang's (so a malformed SGLang
+        file is refused naming its key rather than as no table at all). Any of them may sit
+        under ``speculative_config``, as ``specrl export`` writes them.
         Named ``schedule:<file name without .json>``.
 
-        Parameters as for the class and :meth:`from_vllm`.
+        :param cuda_graph_bs: SGLang's capture sizes (see :meth:`from_sglang`); None: the
+            ``cuda_graph_bs`` the file's ``specrl`` note records (the sizes it was exported
+            for), else :data:`specrl.export.SGLANG_CUDA_GRAPH_BS`.
+        Other parameters as for the class and :meth:`from_vllm`.
         """
         path = Path(path)
         obj = read_json(path, "K schedule", _FIX_FILE)
+        note = obj.get("specrl") if isinstance(obj, Mapping) else None
         if isinstance(obj, Mapping) and isinstance(obj.get("speculative_config"), Mapping):
             obj = obj["speculative_config"]
         name = f"schedule:{path.stem}"
@@ -248,7 +330,26 @@ class BatchSchedule(KPolicy):
             return cls.from_trtllm(
                 obj, max_batch=max_batch, k_max=k_max, source=str(path), name=name
             )
-        raise SpecrlError(f"K schedule file {path}: no {VLLM_KEY!r} or {TRTLLM_KEY!r}; {_FIX_FILE}")
+        if isinstance(obj, Mapping) and any(
+            isinstance(value, Mapping) and SGLANG_KEY in value for value in obj.values()
+        ):
+            sizes, where = cuda_graph_bs, f"{path}: cuda_graph_bs"
+            if sizes is None and isinstance(note, Mapping) and "cuda_graph_bs" in note:
+                sizes, where = note["cuda_graph_bs"], f"{path}: specrl.cuda_graph_bs"
+            return cls.from_sglang(
+                obj,
+                max_batch=max_batch,
+                k_max=k_max,
+                cuda_graph_bs=SGLANG_CUDA_GRAPH_BS
+                if sizes is None
+                else check_cuda_graph_bs(sizes, where),
+                source=str(path),
+                name=name,
+            )
+        raise SpecrlError(
+            f"K schedule file {path}: no {VLLM_KEY!r} or {TRTLLM_KEY!r}, nor SGLang "
+            f"{SGLANG_KEY!r} objects; {_FIX_FILE}"
+        )
 
 
 def _is_int(value) -> bool:
@@ -394,9 +495,71 @@ def _trtllm_parts(config, source: str) -> tuple[dict[int, int], int | None]:
     return schedule, max_draft_len
 
 
+def _sglang_parts(config, source: str) -> list[tuple[int, int, object]]:
+    """``(lower bound, K, key as given)`` per key, ascending; validated (see
+    :meth:`BatchSchedule.from_sglang`)."""
+    if not isinstance(config, Mapping):
+        raise SpecrlError(f"{source}: expected an object {_SGLANG_FORM}, got {config!r}")
+    if not config:
+        raise SpecrlError(f"{source}: the SGLang config is empty; give {_SGLANG_FORM}")
+    entries: dict[int, tuple[int, int, object]] = {}
+    for key, value in config.items():
+        where = f"{source}: key {key!r}"
+        batch = _int_key(key)
+        if batch is None or batch < 1:
+            raise SpecrlError(f"{where}: keys are batch-size lower bounds, integers >= 1")
+        if batch in entries:
+            raise SpecrlError(
+                f"{where}: batch size {batch} is given twice (also as key {entries[batch][2]!r})"
+            )
+        if not isinstance(value, Mapping):
+            raise SpecrlError(
+                f"{where} = {value!r}: each value is an object {{{SGLANG_KEY!r}: [K]}}"
+            )
+        unknown = [name for name in value if name != SGLANG_KEY]
+        if unknown:
+            raise SpecrlError(
+                f"{where}: unknown keys {unknown!r}; specrl reads only {SGLANG_KEY!r} (a static "
+                "table: SGLang's tuning keys such as 'ema_alpha' act only between several "
+                "candidates)"
+            )
+        if SGLANG_KEY not in value:
+            raise SpecrlError(f"{where}: no {SGLANG_KEY!r}; give {{{SGLANG_KEY!r}: [K]}}")
+        steps = value[SGLANG_KEY]
+        if (
+            not isinstance(steps, (list, tuple))
+            or not steps
+            or not all(_is_int(k) and 0 <= k <= K_MAX_LIMIT for k in steps)
+        ):
+            raise SpecrlError(
+                f"{where}: {SGLANG_KEY} = {steps!r}: must be a non-empty list of draft "
+                f"lengths, integers 0..{K_MAX_LIMIT}"
+            )
+        if len(set(steps)) > 1:
+            raise SpecrlError(
+                f"{where}: {SGLANG_KEY} = {steps!r} holds {len(set(steps))} candidates; "
+                "specrl reads static tables only, one K per key (with several, SGLang picks "
+                "among them by the acceptance it sees, which no batch -> K table says)"
+            )
+        entries[batch] = (batch, steps[0], key)
+    if 1 not in entries:
+        raise SpecrlError(
+            f"{source}: no key '1' (the smallest is {min(entries)}); the smallest key must be 1 "
+            "so every batch size has a K, as SGLang requires"
+        )
+    return sorted(entries.values(), key=lambda entry: entry[0])
+
+
 def _int_key(key) -> int | None:
     if _is_int(key):
         return key
-    if isinstance(key, str) and key.strip().lstrip("+").isdigit():
-        return int(key)
+    if isinstance(key, str):
+        text = key.strip()
+        text = text[1:] if text.startswith("+") else text
+        # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
+        if text.isdecimal():
+            try:
+                return int(text)
+            except ValueError:  # beyond int()'s digit limit
+                return None
     return None

@@ -8,26 +8,31 @@ stacks' own formats.
 * :func:`to_vllm`: vLLM Dynamic SD (``num_speculative_tokens_per_batch_size``, PR #32374).
 * :func:`to_trtllm`: TensorRT-LLM ``draft_len_schedule`` in its current upper-bound reading
   (PR #10860).
+* :func:`to_sglang`: SGLang's adaptive speculative config (``--speculative-adaptive-config``,
+  PRs #21599, #23336, #24055) with one candidate per batch-size lower bound.
 * :func:`export_file`: the object ``specrl export`` writes for each format.
 
-Neither stack indexes acceptance, so both exports collapse the table at one operating point,
+No stack indexes acceptance, so every export collapses the table at one operating point,
 an acceptance the caller states (for example the profile's mean acceptance on the training
 mix). The stacks' config objects are returned exactly as the stacks read them: vLLM's and
-TensorRT-LLM's config classes are strict about their keys, so the operating point is not
-written into them. :func:`export_file` puts it beside them instead::
+TensorRT-LLM's config classes are strict about their keys, and every key of SGLang's file is
+a batch size, so the operating point is not written into them. :func:`export_file` puts it
+beside them instead::
 
     {"speculative_config": {...what the stack reads...},
      "specrl": {"exported_from": "specrl-k-table", "acceptance": 0.62, ...}}
 
 ``policies.BatchSchedule.from_file`` reads that file as it is; a stack gets
-``speculative_config`` (merged with its ``method`` and draft model).
+``speculative_config`` (vLLM and TensorRT-LLM merged with their ``method`` and draft model;
+SGLang reads it, as it is, as the file ``--speculative-adaptive-config`` names).
 """
 
 from __future__ import annotations
 
+import bisect
 import operator
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import STALE_STEPS
@@ -44,7 +49,21 @@ from specrl.table import (
 CONTEXT_INFINITY = 2**31 - 1
 """vLLM's end of the last context range; the same value as
 ``specrl.policies.schedule.CONTEXT_INFINITY`` (that module imports numpy)."""
-FORMATS = ("native", "vllm", "trtllm")
+FORMATS = ("native", "vllm", "trtllm", "sglang")
+
+SGLANG_KEY = "candidate_steps"
+"""The one key of each object in SGLang's adaptive speculative config that specrl writes and
+reads: ``{"1": {"candidate_steps": [K]}, ...}``."""
+SGLANG_CUDA_GRAPH_BS = tuple(
+    sorted({*range(1, 9), *range(10, 33, 2), *range(40, 64, 8), *range(64, 161, 16)})
+)
+"""The CUDA-graph capture sizes SGLang captured by default with speculative decoding in the
+versions we read (1-8, 10-32 step 2, 40, 48, 56, 64-160 step 16); pass the deployment's
+``--cuda-graph-bs`` where it sets them. SGLang pads a running batch up to one of these."""
+SGLANG_VERSION_NOTE = (
+    "one candidate per key and K=0 need SGLang's adaptive_spec_params.py after PR #24055; "
+    "older versions want at least 2 candidate_steps per key"
+)
 
 
 def table_from_policy(
@@ -294,12 +313,119 @@ def to_trtllm(table: KTable, *, acceptance: float, context_len: int | None = Non
     return {"max_draft_len": first, "draft_len_schedule": dict(uppers)}
 
 
+def to_sglang(
+    table: KTable,
+    *,
+    acceptance: float,
+    context_len: int | None = None,
+    cuda_graph_bs: Sequence[int] = SGLANG_CUDA_GRAPH_BS,
+) -> dict:
+    """SGLang's adaptive speculative config at one acceptance (and, for a table with context
+    bins, one context length; None: the first bin): the JSON object
+    ``--speculative-adaptive --speculative-adaptive-config CONFIG.json`` reads, such as
+    ``{"1": {"candidate_steps": [4]}, "9": {"candidate_steps": [2]}}``.
+
+    Keys are batch-size *lower* bounds, as strings in ascending order starting at ``"1"``,
+    each holding exactly one candidate: a static batch -> K table, K=0 drafting nothing.
+    Only SGLang's newest ``adaptive_spec_params.py`` (after PR #24055) accepts one candidate
+    and 0; older versions want at least two candidates per key and refuse this file.
+
+    At each step SGLang pads the running batch size up to a CUDA-graph capture size (the
+    smallest of ``cuda_graph_bs`` >= the batch; a batch above the largest is not padded)
+    and takes the entry of the largest key <= that padded size. So every batch size of one
+    *padding group* (those sharing a padded size) drafts the same K:
+
+    * A key is written at the first batch size of each group whose K differs from the
+      group before it (equal neighbours merged), so wherever the table is constant on the
+      padding groups every batch size ``1..max_batch`` gets the table's own K.
+    * Where the table's K differs within a group, the group takes the K the table gives
+      its padded size (the table's K at ``max_batch`` when the padded size lies above it,
+      as the controller clamps): that is the batch SGLang actually runs, so its step time
+      is the one that K was chosen for. A :class:`SpecrlWarning` names the groups that
+      changed.
+    * Above ``max_batch`` every padded size lies above the last key, so SGLang keeps the
+      last key's K, the table's K at ``max_batch``: as the controller and vLLM do, where
+      TensorRT-LLM drafts nothing above its last key.
+
+    A table that drafts at no batch size is written as it is, with a warning.
+
+    :param cuda_graph_bs: the deployment's capture sizes (``--cuda-graph-bs``); default
+        :data:`SGLANG_CUDA_GRAPH_BS`. Empty: no padding (every batch size its own group).
+    """
+    sizes = check_cuda_graph_bs(cuda_graph_bs, "to_sglang: cuda_graph_bs")
+    column = table.acceptance_bin(check_acceptance(acceptance))
+    context = table.context_bin(context_len)
+    by_batch = [0]  # the table's K per batch size 0..max_batch (0 unused)
+    for b, (lo, hi) in enumerate(table.batch_buckets):
+        by_batch += [table.cell(b, context)[column]] * (hi - lo + 1)
+    entries: list[list[int]] = []  # [lower bound, K], ascending
+    changed = []
+    for lo, hi, padded in _padding_groups(table.max_batch, sizes):
+        k = by_batch[min(padded, table.max_batch)]
+        inside = by_batch[lo : hi + 1]
+        if any(x != k for x in inside):
+            changed.append((lo, hi, padded, list(dict.fromkeys(inside)), k))
+        if not entries or entries[-1][1] != k:
+            entries.append([lo, k])
+    if changed:
+        shown = "; ".join(
+            f"batch {lo}-{hi} (padded to {padded}): K {'/'.join(map(str, ks))} -> {k}"
+            for lo, hi, padded, ks, k in changed[:8]
+        )
+        more = f"; and {len(changed) - 8} more groups" if len(changed) > 8 else ""
+        warnings.warn(
+            "SGLang pads the batch to a CUDA-graph size and drafts one K for every batch "
+            "size that pads to the same size; where the table's K differs within such a "
+            f"group, took the K the table gives the padded size: {shown}{more}",
+            category=SpecrlWarning,
+            stacklevel=2,
+        )
+    if all(k == 0 for _, k in entries):
+        warnings.warn(
+            f"the table drafts nothing at any batch size at acceptance {acceptance}: SGLang "
+            "would load the draft model and never use it; serve without speculative "
+            "decoding at this operating point",
+            category=SpecrlWarning,
+            stacklevel=2,
+        )
+    return {str(lo): {SGLANG_KEY: [k]} for lo, k in entries}
+
+
+def check_cuda_graph_bs(value, name: str = "cuda_graph_bs") -> tuple[int, ...]:
+    """``value`` as SGLang CUDA-graph capture sizes: a list (or tuple or range) of integers
+    >= 1, returned sorted without repeats; else an error naming ``name``. Empty is allowed
+    (no padding)."""
+    if not isinstance(value, (list, tuple, range)) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value
+    ):
+        raise SpecrlError(
+            f"{name} must be a list of CUDA-graph batch sizes, integers >= 1 (SGLang's "
+            f"--cuda-graph-bs), got {value!r}"
+        )
+    return tuple(sorted(set(value)))
+
+
+def sglang_padded(batch: int, cuda_graph_bs: Sequence[int]) -> int:
+    """The batch size SGLang runs ``batch`` rows at: the smallest of ``cuda_graph_bs``
+    (sorted, as :func:`check_cuda_graph_bs` returns them) >= ``batch``, or ``batch`` itself
+    above the largest."""
+    i = bisect.bisect_left(cuda_graph_bs, batch)
+    return cuda_graph_bs[i] if i < len(cuda_graph_bs) else batch
+
+
 def export_file(
-    table: KTable, *, fmt: str, acceptance: float | None = None, context_len: int | None = None
+    table: KTable,
+    *,
+    fmt: str,
+    acceptance: float | None = None,
+    context_len: int | None = None,
+    cuda_graph_bs: Sequence[int] = SGLANG_CUDA_GRAPH_BS,
 ) -> dict:
     """The object ``specrl export --format FMT`` writes: the table itself for ``native``;
-    for ``vllm`` and ``trtllm`` the stack's config under ``speculative_config`` and, under
-    ``specrl``, the operating point it was collapsed at and the table's provenance."""
+    for ``vllm``, ``trtllm`` and ``sglang`` the stack's config under ``speculative_config``
+    and, under ``specrl``, the operating point it was collapsed at and the table's
+    provenance. For ``sglang`` the note also holds the CUDA-graph sizes assumed
+    (``cuda_graph_bs``, used for ``sglang`` only) and the SGLang version needed."""
     if fmt not in FORMATS:
         raise SpecrlError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "native":
@@ -309,9 +435,19 @@ def export_file(
     if fmt == "vllm":
         config = to_vllm(table, acceptance=acceptance)
         note = {"context": "indexed" if table.context_bins else "not indexed"}
-    else:
+    elif fmt == "trtllm":
         config = to_trtllm(table, acceptance=acceptance, context_len=context_len)
         note = {"context_len": context_len}
+    else:
+        sizes = check_cuda_graph_bs(cuda_graph_bs)
+        config = to_sglang(
+            table, acceptance=acceptance, context_len=context_len, cuda_graph_bs=sizes
+        )
+        note = {
+            "context_len": context_len,
+            "cuda_graph_bs": list(sizes),
+            "sglang_version": SGLANG_VERSION_NOTE,
+        }
     return {
         "speculative_config": config,
         "specrl": {
@@ -335,6 +471,19 @@ def _int_in(value, name: str, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise SpecrlError(f"table_from_policy: {name} must be an integer 1..{high}, got {value!r}")
     return value
+
+
+def _padding_groups(max_batch: int, cuda_graph_bs: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(lo, hi, padded)``: the batch sizes ``lo..hi`` (within ``1..max_batch``) that SGLang
+    pads to the same size ``padded``, ascending."""
+    groups: list[tuple[int, int, int]] = []
+    for batch in range(1, max_batch + 1):
+        padded = sglang_padded(batch, cuda_graph_bs)
+        if groups and groups[-1][2] == padded:
+            groups[-1] = (groups[-1][0], batch, padded)
+        else:
+            groups.append((batch, batch, padded))
+    return groups
 
 
 def _merge(table: KTable, value_of: Callable[[int], object]) -> list[tuple[int, int, object]]:

@@ -680,7 +680,7 @@ def test_export_of_a_table_refuses_the_options_that_act_on_a_run(tmp_path, capsy
     assert main(args) == 0 and json.loads(out.read_text()) == plain_json()
 
 
-@pytest.mark.parametrize("fmt", ["vllm", "trtllm"])
+@pytest.mark.parametrize("fmt", ["vllm", "trtllm", "sglang"])
 def test_export_files_read_back_and_say_the_operating_point(tmp_path, fmt):
     from specrl.policies import BatchSchedule
 
