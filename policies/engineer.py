@@ -166,18 +166,25 @@ def threshold_candidates(k_max: int, max_batch: int) -> list[tuple[int, int]]:
     return pairs or [(0, max_batch)]
 
 
+def best_threshold(scorer: Scorer, k_max: int, max_batch: int) -> tuple[int, int, dict]:
+    """The ``(K, B)`` of :func:`threshold_candidates` with the best ``scorer`` score (ties:
+    the smaller K, then B), and every candidate's score."""
+    scores = {
+        (k, b): scorer.score(threshold_dense(k, b, max_batch))
+        for k, b in threshold_candidates(k_max, max_batch)
+    }
+    k, b = max(scores, key=lambda kb: (scores[kb], -kb[0], -kb[1]))
+    return k, b, scores
+
+
 def tune_threshold(env, *, profile=None, seeds: list[int] | None = None) -> BatchThreshold:
     """``threshold:tuned``: the best :class:`BatchThreshold` on the tuning seeds of ``env``'s
     workload (see the module); its :class:`Tuning` is on ``.tuning``."""
     start = time.perf_counter()
     surrogate = tuning_env(env, profile)
     scorer = Scorer([surrogate], seeds or tuning_seeds())
-    k_max, max_batch = surrogate.k_max, surrogate.max_batch
-    scores = {
-        (k, b): scorer.score(threshold_dense(k, b, max_batch))
-        for k, b in threshold_candidates(k_max, max_batch)
-    }
-    k, b = max(scores, key=lambda kb: (scores[kb], -kb[0], -kb[1]))  # ties: smaller K, B
+    max_batch = surrogate.max_batch
+    k, b, scores = best_threshold(scorer, surrogate.k_max, max_batch)
     policy = BatchThreshold(k, b, max_batch)
     policy.name = "threshold:tuned"
     policy.tuning = Tuning(
@@ -226,6 +233,30 @@ def fill_unreached(best: dict[tuple[int, int], int | None]) -> dict[tuple[int, i
     return out
 
 
+def best_sweep(scorer: Scorer, k_max: int, max_batch: int):
+    """Per bucket of :func:`sweep_buckets`, the static K with the most tokens/s in that
+    bucket's steps, pooled over ``scorer``'s envs and seeds (ties: the smaller K); a bucket
+    no run reached takes its neighbour's (:func:`fill_unreached`). Returns ``(K per bucket,
+    the unreached buckets)``."""
+    buckets = sweep_buckets(max_batch)
+    rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}
+    for k in range(k_max + 1):
+        tokens = dict.fromkeys(buckets, 0.0)
+        seconds = dict.fromkeys(buckets, 0.0)
+        for runs in scorer.play(np.full(max_batch + 1, k)):
+            for run in runs:
+                for rows, t, s in zip(run.step_batch, run.step_tokens, run.step_seconds):
+                    if rows > 0:
+                        bucket = next(b for b in buckets if b[0] <= rows <= b[1])
+                        tokens[bucket] += t
+                        seconds[bucket] += s
+        for b in buckets:
+            if seconds[b] > 0:
+                rates[b][k] = tokens[b] / seconds[b]
+    best = {b: (max(r, key=lambda k: (r[k], -k)) if r else None) for b, r in rates.items()}
+    return fill_unreached(best), [b for b, k in best.items() if k is None]
+
+
 def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSchedule:
     """``sweep``: per batch bucket, the static K with the most tokens/s there on the tuning
     seeds of ``env``'s workload (see the module); its :class:`Tuning` is on ``.tuning``."""
@@ -233,24 +264,7 @@ def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSch
     surrogate = tuning_env(env, profile)
     scorer = Scorer([surrogate], seeds or tuning_seeds())
     k_max, max_batch = surrogate.k_max, surrogate.max_batch
-    buckets = sweep_buckets(max_batch)
-    rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}
-    for k in range(k_max + 1):
-        dense = np.full(max_batch + 1, k)
-        tokens = dict.fromkeys(buckets, 0.0)
-        seconds = dict.fromkeys(buckets, 0.0)
-        for run in scorer.play(dense)[0]:
-            for rows, t, s in zip(run.step_batch, run.step_tokens, run.step_seconds):
-                if rows > 0:
-                    bucket = next(b for b in buckets if b[0] <= rows <= b[1])
-                    tokens[bucket] += t
-                    seconds[bucket] += s
-        for b in buckets:
-            if seconds[b] > 0:
-                rates[b][k] = tokens[b] / seconds[b]
-    best = {b: (max(r, key=lambda k: (r[k], -k)) if r else None) for b, r in rates.items()}
-    unreached = [b for b, k in best.items() if k is None]
-    bucket_k = fill_unreached(best)
+    bucket_k, unreached = best_sweep(scorer, k_max, max_batch)
     dense = sweep_dense(bucket_k, max_batch)
     entries = vllm_entries(dense)
     policy = BatchSchedule.from_vllm(entries, max_batch=max_batch, k_max=k_max, name="sweep")
@@ -259,9 +273,8 @@ def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSch
         f"{lo}-{hi}: {k}" if lo != hi else f"{lo}: {k}" for (lo, hi), k in bucket_k.items()
     )
     if unreached:
-        chosen += (
-            " (unreached, from neighbours: " + ", ".join(f"{lo}-{hi}" for lo, hi in unreached) + ")"
-        )
+        where = ", ".join(f"{lo}-{hi}" for lo, hi in unreached)
+        chosen += f" (unreached, from neighbours: {where})"
     own = scorer.score(dense)  # played before the cost is counted
     policy.tuning = Tuning(
         method="sweep",

@@ -430,7 +430,8 @@ def test_registry_builds_every_form(env, tmp_path):
     assert make_policy("goodput", env=live, profile=linear_profile()).name == "goodput"
     assert parse_policies(" off, fixed:2,,goodput ") == ["off", "fixed:2", "goodput"]
     fixed = ["off", "fixed:1", "fixed:2", "threshold:2:8"]
-    assert default_policies(2) == [*fixed, "hf", "ema", "goodput", "oracle"]
+    engineer = ["threshold:tuned", "sweep"]
+    assert default_policies(2) == [*fixed, *engineer, "hf", "ema", "goodput", "oracle"]
     assert "oracle" not in default_policies(2, surrogate=False)
 
 

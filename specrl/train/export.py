@@ -555,14 +555,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the default)",
     )
     parser.add_argument(
+        "--workload",
+        default=None,
+        metavar="W[,W...]",
+        help="vllm/trtllm/sglang: the traffic the schedule is searched for, presets or trace "
+        "files, comma-separated (default: the run's training mix)",
+    )
+    parser.add_argument(
+        "--no-search",
+        action="store_true",
+        help="vllm/trtllm/sglang: write the table collapsed at the operating acceptance, "
+        "without searching the format's best schedule",
+    )
+    parser.add_argument(
+        "--cuda-graph-bs",
+        type=_batch_sizes,
+        default=None,
+        metavar="B[,B...]",
+        help="sglang: the deployment's CUDA-graph batch sizes (--cuda-graph-bs), which SGLang "
+        "pads the batch up to (default: specrl.export.SGLANG_CUDA_GRAPH_BS)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="write the table even if the fidelity check fails"
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run)
 
 
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected batch sizes >= 1, comma-separated (1,2,4,8,16), got {text!r}"
+        )
+    return sizes
+
+
 RUN_ONLY = {
     "k_max": "--k-max",
+    "workload": "--workload",
+    "no_search": "--no-search",
     "episodes": "--episodes",
     "no_check": "--no-check",
     "monotone": "--monotone",
@@ -618,7 +653,16 @@ def run(args: argparse.Namespace) -> int:
             f"--format {args.format} collapses the table over acceptance; give --acceptance A"
         )
     table = table_from_json(table.to_json(), source="the exported table")  # check it whole
-    obj = export_file(table, fmt=args.format, acceptance=acceptance, context_len=args.context_len)
+    graphs = {} if args.cuda_graph_bs is None else {"cuda_graph_bs": args.cuda_graph_bs}
+    if args.format != "native" and args.run and not args.no_search:
+        obj = searched_file(args, table, acceptance, graphs)
+    else:
+        if args.format != "native":
+            why = "--no-search" if args.run else "a --table is converted as it is"
+            print(f"{args.format}: the table collapsed at acceptance {acceptance} ({why})")
+        obj = export_file(
+            table, fmt=args.format, acceptance=acceptance, context_len=args.context_len, **graphs
+        )
     if args.format == "native":
         table.save(args.out)
     else:
@@ -626,6 +670,40 @@ def run(args: argparse.Namespace) -> int:
     print(_describe(table, args.format, obj, acceptance))
     print(f"wrote {args.out}")
     return 0
+
+
+def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, graphs: dict):
+    """The file of the format's best schedule (:mod:`specrl.train.search`), its search
+    recorded under ``specrl.chosen_by``."""
+    from specrl.train.search import StackFormat, search_run
+
+    if table.context_bins is not None:
+        raise SpecrlError(
+            "the schedule search covers batch-only tables; this table indexes context: pass "
+            "--no-search to collapse it at one context bin"
+        )
+    workloads = args.workload.split(",") if args.workload else None
+    result = search_run(
+        args.run,
+        table,
+        [args.format],
+        acceptance=acceptance,
+        workloads=workloads,
+        progress=not args.no_progress,
+        **graphs,
+    )[args.format]
+    print(result.describe())
+    fmt = StackFormat(
+        args.format,
+        k_max=table.k_max,
+        max_batch=table.max_batch,
+        cuda_graph_bs=graphs.get("cuda_graph_bs"),
+    )
+    obj = export_file(
+        fmt.table(result.dense, table.provenance), fmt=args.format, acceptance=acceptance, **graphs
+    )
+    obj["specrl"]["chosen_by"] = result.to_json()
+    return obj
 
 
 def _describe(table: KTable, fmt: str, obj: dict, acceptance) -> str:
@@ -642,4 +720,5 @@ def _describe(table: KTable, fmt: str, obj: dict, acceptance) -> str:
             rows = f"{lo}" if lo == hi else f"{lo}-{hi}"
             lines.append(f"  B {rows}: " + ", ".join(runs) + f"; stale: {table.stale(b)}")
         return "\n".join(lines)
-    return f"{fmt} at acceptance {acceptance}: " + json.dumps(obj["speculative_config"])
+    how = "searched" if "chosen_by" in obj["specrl"] else f"at acceptance {acceptance}"
+    return f"{fmt} {how}: " + json.dumps(obj["speculative_config"])

@@ -1,0 +1,458 @@
+"""The best batch -> K schedule each serving stack's format can express, for the traffic it
+will serve.
+
+A stack reads one K per batch size (vLLM's ranges, TensorRT-LLM's upper-bound keys,
+SGLang's padded lower-bound keys); the learned table also indexes acceptance. Collapsing it
+at one acceptance can lose to an engineer's hand-tuned schedule, so :func:`best_schedule`
+searches the format's own class instead, judged in the surrogate:
+
+1. **Starts**, each expressed in the format (written by its writer, read back by
+   :class:`~specrl.policies.BatchSchedule` as the stack expands it): the table collapsed at
+   the operating acceptance; the table collapsed per batch size at the acceptance bin its
+   policy visits most there (visit-weighted); the engineer's threshold and per-bucket sweep
+   (:mod:`specrl.policies.engineer`) tuned on the same objective, for TensorRT-LLM also the
+   sweep nudged to its smallest-key rule. The best start is kept.
+2. **Local search**: bucket by bucket (:data:`SEARCH_BATCHES`), set the whole bucket to a
+   neighbouring K (one up or down, or a neighbour bucket's K) where the format allows it;
+   keep the best move if it scores higher; repeat until a pass changes nothing.
+3. **Smoothing**: a K that rises with batch size stays only where the rise is worth at
+   least :data:`MIN_RISE_WORTH` of the score; otherwise the rise is flattened (whichever of
+   lowering the higher run or raising the lower one scores better). Each start is smoothed
+   so before it is scored, and should smoothing the search's result fall below the best
+   start, that start is kept.
+
+The score is the geometric mean, over the workloads, of aggregate tokens/s on the tuning
+seeds (:data:`specrl.policies.engineer.TUNE_SEED`), so each workload counts alike. The
+result is never worse there than any start (smoothed), and no rise it keeps is worth less
+than the bar.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.export import (
+    SGLANG_CUDA_GRAPH_BS,
+    check_cuda_graph_bs,
+    sglang_padded,
+    table_from_policy,
+    to_sglang,
+    to_trtllm,
+    to_vllm,
+)
+from specrl.policies.engineer import (
+    Scorer,
+    best_sweep,
+    best_threshold,
+    sweep_dense,
+    threshold_dense,
+    tuning_seeds,
+)
+from specrl.policies.schedule import BatchSchedule
+
+SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+"""Upper ends of the buckets the local search sets K in (then doubling past 128): the
+concurrencies an engineer benchmarks, and each one an SGLang CUDA-graph size, so a bucket
+never splits a padding group."""
+MIN_RISE_WORTH = 0.005
+"""A K rising with batch size must be worth this share of the score, or it is smoothed."""
+MAX_PASSES = 4
+"""Local search passes at most (each tries every bucket once)."""
+STACK_FORMATS = ("vllm", "trtllm", "sglang")
+_NO_PROVENANCE = {
+    "profile_sha256": "",
+    "profile_fingerprint": {},
+    "target_id": "",
+    "draft_id": "",
+    "run_id": "",
+    "training_steps": 0,
+    "specrl_version": "",
+    "created": "",
+}
+"""The provenance of a schedule written only to be read back (never saved)."""
+
+
+def search_buckets(max_batch: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` buckets ending at :data:`SEARCH_BATCHES` (doubling past 128), cut at
+    ``max_batch``."""
+    ends = [b for b in SEARCH_BATCHES if b < max_batch]
+    end = SEARCH_BATCHES[-1] * 2
+    while end < max_batch:
+        ends.append(end)
+        end *= 2
+    ends.append(max_batch)
+    return [(lo + 1, hi) for lo, hi in zip([0, *ends], ends)]
+
+
+def runs_of(dense) -> list[list[int]]:
+    """``[[lo, hi, K], ...]``: the runs of equal K over batch sizes ``1..max_batch``."""
+    out: list[list[int]] = []
+    for batch, k in enumerate(np.asarray(dense)[1:].tolist(), start=1):
+        if out and out[-1][2] == k:
+            out[-1][1] = batch
+        else:
+            out.append([batch, batch, int(k)])
+    return out
+
+
+class StackFormat:
+    """What one stack's format can express: writing a dense schedule (K per batch size
+    ``0..max_batch``) as the stack's config, reading it back as the stack expands it, and
+    whether a dense schedule is expressible as it is."""
+
+    def __init__(self, fmt: str, *, k_max: int, max_batch: int, cuda_graph_bs=None):
+        if fmt not in STACK_FORMATS:
+            raise SpecrlError(f"unknown stack format {fmt!r}; one of {', '.join(STACK_FORMATS)}")
+        self.fmt, self.k_max, self.max_batch = fmt, k_max, max_batch
+        self.cuda_graph_bs = check_cuda_graph_bs(
+            SGLANG_CUDA_GRAPH_BS if cuda_graph_bs is None else cuda_graph_bs
+        )
+
+    def table(self, dense, provenance: dict | None = None):
+        """``dense`` as a one-acceptance-bin :class:`~specrl.table.KTable`."""
+        dense = np.asarray(dense)
+        return table_from_policy(
+            lambda b, a, c: int(dense[b]),
+            k_max=self.k_max,
+            max_batch=self.max_batch,
+            acceptance_edges=[0.0, 1.0],
+            provenance=dict(provenance or _NO_PROVENANCE),
+        )
+
+    def write(self, dense) -> dict:
+        """The stack's config for ``dense`` (the format's writer; its warnings pass on)."""
+        table = self.table(dense)
+        if self.fmt == "vllm":
+            return to_vllm(table, acceptance=0.5)
+        if self.fmt == "trtllm":
+            return to_trtllm(table, acceptance=0.5)
+        return to_sglang(table, acceptance=0.5, cuda_graph_bs=self.cuda_graph_bs)
+
+    def read(self, config) -> np.ndarray:
+        """K per batch size ``0..max_batch`` as the stack expands ``config``."""
+        kwargs = {"max_batch": self.max_batch, "k_max": self.k_max}
+        if self.fmt == "vllm":
+            schedule = BatchSchedule.from_vllm(config, **kwargs)
+        elif self.fmt == "trtllm":
+            schedule = BatchSchedule.from_trtllm(config, **kwargs)
+        else:
+            schedule = BatchSchedule.from_sglang(config, cuda_graph_bs=self.cuda_graph_bs, **kwargs)
+        return schedule.table[:, 0].copy()
+
+    def express(self, dense) -> np.ndarray | None:
+        """What the stack serves when ``dense`` is written in its format (None where the
+        format cannot hold it at all: TensorRT-LLM with K=0 at batch 1)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpecrlWarning)
+            try:
+                return self.read(self.write(dense))
+            except SpecrlError:
+                return None
+
+    def feasible(self, dense) -> bool:
+        """``dense`` is expressible exactly."""
+        dense = np.asarray(dense)
+        if self.fmt == "trtllm":
+            return dense[1] >= 1 and dense[1:].max() == dense[1]
+        if self.fmt == "sglang":
+            return all(
+                dense[b] == dense[min(sglang_padded(b, self.cuda_graph_bs), self.max_batch)]
+                for b in range(1, self.max_batch + 1)
+            )
+        return True
+
+
+@dataclass
+class SearchResult:
+    """The schedule :func:`best_schedule` chose, and how."""
+
+    fmt: str
+    dense: np.ndarray
+    config: dict
+    """The stack's config (what ``speculative_config`` holds in the written file)."""
+    score: float
+    start: str
+    """The start the search began from."""
+    starts: dict[str, float]
+    """Each start's score (a start the format cannot hold is left out)."""
+    workloads: list[str]
+    seeds: list[int]
+    moves: int = 0
+    """Local search moves kept."""
+    rises: list[dict] = field(default_factory=list)
+    """Each K that still rises with batch size: ``{"batch": first batch of the higher run,
+    "from": K, "to": K, "worth": score share lost by smoothing it}``."""
+    smoothed: int = 0
+    """Rises flattened for being worth less than :data:`MIN_RISE_WORTH`."""
+    evaluations: int = 0
+    """Surrogate episodes played."""
+    surrogate_s: float = 0.0
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "method": "search",
+            "objective": "geometric mean over the workloads of aggregate tokens/s",
+            "workloads": self.workloads,
+            "seeds": self.seeds,
+            "score": self.score,
+            "start": self.start,
+            "starts": self.starts,
+            "moves": self.moves,
+            "rises": self.rises,
+            "smoothed": self.smoothed,
+            "min_rise_worth": MIN_RISE_WORTH,
+            "episodes": self.evaluations,
+            "surrogate_s": round(self.surrogate_s, 1),
+            "wall_s": round(self.wall_s, 1),
+        }
+
+    def describe(self) -> str:
+        best_start = max(self.starts.values())
+        lines = [
+            f"{self.fmt}: searched from {self.start} ({self.moves} moves kept, "
+            f"{self.smoothed} rises smoothed): score {self.score:.1f} tokens/s, "
+            f"{self.score / best_start:.4f}x the best start; starts: "
+            + ", ".join(f"{name} {s:.1f}" for name, s in self.starts.items()),
+            f"  judged on seeds {self.seeds[0]}-{self.seeds[-1]} of "
+            f"{', '.join(self.workloads)}: {self.evaluations} episodes, "
+            f"{self.surrogate_s:,.0f} surrogate s ({self.wall_s:.0f} s wall)",
+        ]
+        if self.rises:
+            lines.append(
+                f"  {len(self.rises)} rise(s) in K with batch size left: "
+                + "; ".join(
+                    f"at batch {r['batch']}: {r['from']} -> {r['to']}, worth {r['worth']:.2%}"
+                    for r in self.rises
+                )
+            )
+        else:
+            lines.append("  K never rises with batch size")
+        return "\n".join(lines)
+
+
+def engineer_starts(scorer: Scorer, fmt: StackFormat) -> dict[str, np.ndarray]:
+    """The engineer's schedules tuned on ``scorer``'s objective, as dense schedules:
+    the threshold and the sweep, and for TensorRT-LLM the sweep nudged to its smallest-key
+    rule (clamped to its batch-1 K, or its batch-1 K raised to its largest)."""
+    k_max, max_batch = fmt.k_max, fmt.max_batch
+    k, b, _ = best_threshold(scorer, k_max, max_batch)
+    bucket_k, _ = best_sweep(scorer, k_max, max_batch)
+    sweep = sweep_dense(bucket_k, max_batch)
+    starts = {"threshold": threshold_dense(k, b, max_batch), "sweep": sweep}
+    if fmt.fmt == "trtllm" and not fmt.feasible(sweep):
+        clamped = np.minimum(sweep, sweep[1])
+        raised = sweep.copy()
+        raised[1] = max(sweep[1:].max(), 1)
+        starts["sweep clamped to batch 1"] = clamped
+        starts["sweep with batch 1 raised"] = raised
+        del starts["sweep"]
+    return starts
+
+
+def best_schedule(
+    fmt: StackFormat,
+    scorer: Scorer,
+    starts: dict[str, np.ndarray],
+    *,
+    progress: bool = False,
+) -> SearchResult:
+    """Search ``fmt``'s class from ``starts`` (see the module); ``scorer`` holds the envs
+    (workloads) and seeds it is judged on."""
+    from tqdm.auto import tqdm
+
+    clock = time.perf_counter()
+    played = (scorer.episodes, scorer.surrogate_s)
+    expressed = {}
+    for name, dense in starts.items():
+        served = fmt.express(dense)
+        if served is not None:
+            expressed[name] = served
+    if not expressed:
+        raise SpecrlError(
+            f"no start can be written as a {fmt.fmt} schedule: "
+            + (
+                "TensorRT-LLM needs K >= 1 at batch 1 (serve without speculative decoding, "
+                "or export --format vllm)"
+                if fmt.fmt == "trtllm"
+                else "every start failed"
+            )
+        )
+    smoothed_starts = {}
+    for name, d in expressed.items():  # a start holds no weak rise either
+        d, s, _, _ = _smooth(fmt, scorer, d, scorer.score(d))
+        smoothed_starts[name] = (d, s)
+    scores = {name: s for name, (_, s) in smoothed_starts.items()}
+    start = max(scores, key=lambda n: scores[n])
+    floor = scores[start]
+    dense, score = smoothed_starts[start][0].copy(), floor
+    buckets = search_buckets(fmt.max_batch)
+    moves = 0
+    bar = tqdm(desc=f"search {fmt.fmt}", total=MAX_PASSES * len(buckets), disable=not progress)
+    for _ in range(MAX_PASSES):
+        changed = False
+        for i, (lo, hi) in enumerate(buckets):
+            bar.update()
+            best_move = None
+            for k in _neighbour_ks(dense, buckets, i, fmt.k_max):
+                trial = dense.copy()
+                trial[lo : hi + 1] = k
+                if np.array_equal(trial, dense) or not fmt.feasible(trial):
+                    continue
+                s = scorer.score(trial)
+                if s > score and (best_move is None or s > best_move[0]):
+                    best_move = (s, trial)
+            if best_move is not None:
+                score, dense = best_move
+                moves += 1
+                changed = True
+        if not changed:
+            break
+    bar.close()
+    dense, score, smoothed, rises = _smooth(fmt, scorer, dense, score)
+    if score < floor:  # smoothing what the search added fell below the best start
+        dense, score = smoothed_starts[start][0].copy(), floor
+        _, _, _, rises = _smooth(fmt, scorer, dense, score)
+    config = fmt.write(dense)
+    served = fmt.read(config)
+    if not np.array_equal(served, dense):  # the writer must hold what was scored
+        raise SpecrlError(f"the {fmt.fmt} writer did not hold the searched schedule")
+    return SearchResult(
+        fmt=fmt.fmt,
+        dense=dense,
+        config=config,
+        score=score,
+        start=start,
+        starts=scores,
+        workloads=[_name(env) for env in scorer.envs],
+        seeds=scorer.seeds,
+        moves=moves,
+        rises=rises,
+        smoothed=smoothed,
+        evaluations=scorer.episodes - played[0],
+        surrogate_s=scorer.surrogate_s - played[1],
+        wall_s=time.perf_counter() - clock,
+    )
+
+
+def _name(env) -> str:
+    workload = env.unwrapped.workload
+    return str(getattr(workload, "name", workload))
+
+
+def _neighbour_ks(dense, buckets, i: int, k_max: int) -> list[int]:
+    """The Ks a move tries in bucket ``i``: one up and one down from its K at its start,
+    and the K of each neighbouring bucket."""
+    lo, hi = buckets[i]
+    ks = {int(dense[lo]) - 1, int(dense[lo]) + 1, int(dense[hi])}
+    if i > 0:
+        ks.add(int(dense[buckets[i - 1][1]]))
+    if i + 1 < len(buckets):
+        ks.add(int(dense[buckets[i + 1][0]]))
+    return sorted(k for k in ks if 0 <= k <= k_max)
+
+
+def _smooth(fmt: StackFormat, scorer: Scorer, dense, score: float):
+    """Flatten each rise worth less than :data:`MIN_RISE_WORTH` (see the module), the least
+    worth first; returns ``(dense, score, rises smoothed, the rises left with their
+    worth)``."""
+    smoothed = 0
+    while True:
+        runs = runs_of(dense)
+        rises = []
+        for j in range(1, len(runs)):
+            if runs[j][2] <= runs[j - 1][2]:
+                continue
+            options = []
+            for source, target in ((j, j - 1), (j - 1, j)):  # lower the higher, raise the lower
+                trial = dense.copy()
+                trial[runs[source][0] : runs[source][1] + 1] = runs[target][2]
+                if fmt.feasible(trial):
+                    options.append((scorer.score(trial), trial))
+            if not options:
+                continue
+            best = max(options, key=lambda o: o[0])
+            rises.append((1 - best[0] / score, j, best))
+        weak = [r for r in rises if r[0] < MIN_RISE_WORTH]
+        if not weak:
+            left = [
+                {
+                    "batch": runs[j][0],
+                    "from": runs[j - 1][2],
+                    "to": runs[j][2],
+                    "worth": round(float(worth), 5),
+                }
+                for worth, j, _ in rises
+            ]
+            return dense, score, smoothed, left
+        worth, _, (s, trial) = min(weak, key=lambda r: r[0])
+        dense, score = trial, s
+        smoothed += 1
+
+
+# ----------------------------------------------------------------------------- from a run
+
+
+def collapsed(table, acceptance: float) -> np.ndarray:
+    """The native table's K per batch size ``0..max_batch`` at one acceptance."""
+    column = table.acceptance_bin(acceptance)
+    dense = np.zeros(table.max_batch + 1, dtype=np.int64)
+    for b, (lo, hi) in enumerate(table.batch_buckets):
+        dense[lo : hi + 1] = table.cell(b)[column]
+    return dense
+
+
+def visit_weighted(table, visits: np.ndarray, acceptance: float) -> np.ndarray:
+    """Per batch size, the K the table plays most often there, weighting each acceptance
+    bin by how often the policy visited it (``visits``: ``[batch, bin]`` counts, as
+    :func:`specrl.train.export.visited_cells` returns); a batch size never visited takes the
+    K at ``acceptance``."""
+    dense = collapsed(table, acceptance)
+    for b, (lo, hi) in enumerate(table.batch_buckets):
+        ks = np.asarray(table.cell(b))
+        for batch in range(lo, hi + 1):
+            if visits[batch].sum() > 0:
+                weight = np.bincount(ks, weights=visits[batch], minlength=table.k_max + 1)
+                dense[batch] = int(np.argmax(weight))
+    return dense
+
+
+def search_run(
+    run_dir,
+    table,
+    formats: list[str],
+    *,
+    acceptance: float,
+    workloads: list[str] | None = None,
+    cuda_graph_bs=None,
+    progress: bool = True,
+) -> dict[str, SearchResult]:
+    """:func:`best_schedule` for each of ``formats`` from the run's exported ``table``,
+    judged on ``workloads`` (presets or trace files; default: the run's training mix) in the
+    surrogate of the run's profile and sizes. ``acceptance`` is the operating acceptance of
+    the plain collapse."""
+    from specrl.train.config import load_config
+    from specrl.train.export import ACCEPTANCE_EDGES, visited_cells
+    from specrl.train.run import _load_run_profile, surrogate_env
+
+    config = load_config(run_dir)
+    profile, _ = _load_run_profile(config)
+    names = list(workloads or config.workloads)
+    scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
+    visits = visited_cells(run_dir, ACCEPTANCE_EDGES, progress=progress)
+    plain = collapsed(table, acceptance)
+    weighted = visit_weighted(table, visits, acceptance)
+    out = {}
+    for name in formats:
+        fmt = StackFormat(
+            name, k_max=config.k_max, max_batch=config.max_batch, cuda_graph_bs=cuda_graph_bs
+        )
+        starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
+        starts.update(engineer_starts(scorer, fmt))
+        out[name] = best_schedule(fmt, scorer, starts, progress=progress)
+    return out
