@@ -20,9 +20,9 @@ VALID_FORMS = (
     "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
     "B, off above), threshold:tuned and sweep (the engineer's: tuned in the surrogate on "
     "seeds from 50000), schedule:FILE (a vLLM, TensorRT-LLM or SGLang table, JSON), hf "
-    "(transformers' heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput model), oracle "
-    "(surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`), lookup:TABLE.json (a "
-    "table written by `specrl export`)"
+    "(transformers' heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput "
+    "model), oracle (surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`), "
+    "lookup:TABLE.json (a table written by `specrl export`)"
 )
 _NO_ARGS = ("off", "sweep", "hf", "ema", "goodput", "oracle")
 
