@@ -290,6 +290,50 @@ def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSch
     return policy
 
 
+def trtllm_nudges(dense) -> dict[str, np.ndarray]:
+    """``dense`` as TensorRT-LLM can hold it, whose smallest key's value must be the largest
+    K and at least 1: itself where it already is; else clamped to its batch-1 K (when that is
+    at least 1), and with its batch-1 K raised to its largest."""
+    dense = np.asarray(dense)
+    top = int(dense[1:].max())
+    if dense[1] >= 1 and top == dense[1]:
+        return {"": dense}
+    out = {}
+    if dense[1] >= 1:
+        out["clamped to batch 1"] = np.minimum(dense, dense[1])
+    raised = dense.copy()
+    raised[1] = max(top, 1)
+    out["batch 1 raised"] = raised
+    return out
+
+
+def tune_sweep_trtllm(env, *, profile=None, seeds: list[int] | None = None) -> BatchSchedule:
+    """The sweep held to what TensorRT-LLM's ``draft_len_schedule`` can express (its
+    :func:`trtllm_nudges`, the better on the tuning seeds), named ``sweep:trtllm``."""
+    start = time.perf_counter()
+    surrogate = tuning_env(env, profile)
+    scorer = Scorer([surrogate], seeds or tuning_seeds())
+    k_max, max_batch = surrogate.k_max, surrogate.max_batch
+    bucket_k, _ = best_sweep(scorer, k_max, max_batch)
+    nudges = trtllm_nudges(sweep_dense(bucket_k, max_batch))
+    scores = {name: scorer.score(d) for name, d in nudges.items()}
+    best = max(scores, key=lambda n: scores[n])
+    dense = nudges[best]
+    policy = BatchSchedule(dense, max_batch=max_batch, k_max=k_max, name="sweep:trtllm")
+    policy.tuning = Tuning(
+        method="sweep:trtllm",
+        chosen="per batch " + str(vllm_entries(dense)) + (f" (the sweep {best})" if best else ""),
+        workloads=[workload_name(surrogate)],
+        seeds=scorer.seeds,
+        episodes=scorer.episodes,
+        surrogate_s=scorer.surrogate_s,
+        wall_s=time.perf_counter() - start,
+        tokens_per_s=scores[best],
+        scores={name or "as swept": v for name, v in scores.items()},
+    )
+    return policy
+
+
 def vllm_entries(dense) -> list[list[int]]:
     """``[[lo, hi, K], ...]`` for K per batch size ``0..max_batch`` (index 0 unused), equal
     neighbours merged: vLLM's ``num_speculative_tokens_per_batch_size``."""

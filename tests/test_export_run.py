@@ -4,6 +4,7 @@ files, and ``lookup:TABLE.json`` (:class:`LookupPolicy`) played in the surrogate
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +276,58 @@ def test_export_of_a_missing_or_unfinished_run_is_a_clear_error(tmp_path, run_di
     (unfinished / "config.json").write_text((run_dir / "config.json").read_text())
     assert main(["export", "--run", str(unfinished), "--out", str(out)]) == 2
     assert "has not finished" in capsys.readouterr().err and not out.exists()
+
+
+def test_export_refuses_a_table_that_does_not_reproduce_the_policy(
+    run_dir, tmp_path, monkeypatch, capsys
+):
+    """The fidelity gate, without --force: every K of the table is one off the policy's."""
+    import specrl.train.export as export
+
+    original = export.table_from_run
+
+    def shifted(*args, **kwargs):
+        table = original(*args, **kwargs)
+        obj = table.to_json()
+        top = table.k_max + 1
+        obj["k"] = [[(k + 1) % top for k in row] for row in obj["k"]]
+        obj["stale_k"] = [(k + 1) % top for k in obj["stale_k"]]
+        return table_from_json(obj)
+
+    monkeypatch.setattr(export, "table_from_run", shifted)
+    for fmt in ("native", "vllm", "sglang"):
+        out = tmp_path / f"{fmt}.json"
+        argv = ["export", "--run", str(run_dir), "--out", str(out), "--format", fmt]
+        assert main([*argv, "--no-progress", "--episodes", "1"]) == 2
+        err = capsys.readouterr().err
+        # Only the probe rule's steps can still agree: far below the 99% goal.
+        assert re.search(
+            rf"does not reproduce {re.escape(str(run_dir))}'s policy \(match [0-4]\.", err
+        )
+        assert "nothing written. Pass --force to write it anyway" in err
+        assert not out.exists()
+
+
+def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
+    from specrl.policies import BatchSchedule
+
+    for fmt in ("vllm", "trtllm", "sglang"):
+        out = tmp_path / f"{fmt}.json"
+        argv = ["export", "--run", str(run_dir), "--out", str(out), "--format", fmt]
+        assert main([*argv, "--no-progress", "--force", "--workload", "ramp"]) == 0
+        printed = capsys.readouterr().out
+        assert (
+            f"{fmt}: searched from " in printed and "judged on seeds 50000-50001 of ramp" in printed
+        )
+        obj = json.loads(out.read_text())
+        chosen = obj["specrl"]["chosen_by"]
+        assert chosen["method"] == "search" and chosen["workloads"] == ["ramp"]
+        assert chosen["score"] >= max(chosen["starts"].values())
+        assert all(r["worth"] >= 0.005 for r in chosen["rises"])
+        schedule = BatchSchedule.from_file(out, max_batch=8, k_max=4)
+        assert schedule.table[1:, 0].tolist()  # the stack's reading of what was written
+    plain = tmp_path / "plain.json"
+    argv = ["export", "--run", str(run_dir), "--out", str(plain), "--format", "vllm"]
+    assert main([*argv, "--no-progress", "--force", "--no-search"]) == 0
+    assert "collapsed at acceptance" in capsys.readouterr().out
+    assert "chosen_by" not in json.loads(plain.read_text())["specrl"]

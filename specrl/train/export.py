@@ -675,7 +675,7 @@ def run(args: argparse.Namespace) -> int:
 def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, graphs: dict):
     """The file of the format's best schedule (:mod:`specrl.train.search`), its search
     recorded under ``specrl.chosen_by``."""
-    from specrl.train.search import StackFormat, search_run
+    from specrl.train.search import search_run
 
     if table.context_bins is not None:
         raise SpecrlError(
@@ -693,14 +693,19 @@ def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, gr
         **graphs,
     )[args.format]
     print(result.describe())
-    fmt = StackFormat(
-        args.format,
-        k_max=table.k_max,
-        max_batch=table.max_batch,
-        cuda_graph_bs=graphs.get("cuda_graph_bs"),
-    )
+    return searched_export(table, result, acceptance, **graphs)
+
+
+def searched_export(table: KTable, result, acceptance: float, cuda_graph_bs=None) -> dict:
+    """The file ``specrl export --format FMT`` writes for a searched schedule (``result``, a
+    :class:`specrl.train.search.SearchResult`): the stack's config, and under ``specrl`` the
+    run's provenance and, as ``chosen_by``, how the search chose it."""
+    from specrl.train.search import StackFormat
+
+    graphs = {} if cuda_graph_bs is None else {"cuda_graph_bs": cuda_graph_bs}
+    fmt = StackFormat(result.fmt, k_max=table.k_max, max_batch=table.max_batch, **graphs)
     obj = export_file(
-        fmt.table(result.dense, table.provenance), fmt=args.format, acceptance=acceptance, **graphs
+        fmt.table(result.dense, table.provenance), fmt=result.fmt, acceptance=acceptance, **graphs
     )
     obj["specrl"]["chosen_by"] = result.to_json()
     return obj

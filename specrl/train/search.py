@@ -51,6 +51,7 @@ from specrl.policies.engineer import (
     best_threshold,
     sweep_dense,
     threshold_dense,
+    trtllm_nudges,
     tuning_seeds,
 )
 from specrl.policies.schedule import BatchSchedule
@@ -244,14 +245,12 @@ def engineer_starts(scorer: Scorer, fmt: StackFormat) -> dict[str, np.ndarray]:
     k, b, _ = best_threshold(scorer, k_max, max_batch)
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
     sweep = sweep_dense(bucket_k, max_batch)
-    starts = {"threshold": threshold_dense(k, b, max_batch), "sweep": sweep}
-    if fmt.fmt == "trtllm" and not fmt.feasible(sweep):
-        clamped = np.minimum(sweep, sweep[1])
-        raised = sweep.copy()
-        raised[1] = max(sweep[1:].max(), 1)
-        starts["sweep clamped to batch 1"] = clamped
-        starts["sweep with batch 1 raised"] = raised
-        del starts["sweep"]
+    starts = {"threshold": threshold_dense(k, b, max_batch)}
+    if fmt.fmt == "trtllm":
+        for name, dense in trtllm_nudges(sweep).items():
+            starts[f"sweep {name}".strip()] = dense
+    else:
+        starts["sweep"] = sweep
     return starts
 
 

@@ -1,0 +1,183 @@
+"""The learned table and every export against the engineer who tunes by hand, on held-out
+seeds of each workload in the surrogate.
+
+    python experiments/engineer.py --run runs/ppo
+    python experiments/engineer.py --run runs/ppo --per-workload   # exports searched per workload
+
+Exports the run (native, with its fidelity check; vLLM, TensorRT-LLM and SGLang, each the
+best schedule of its format searched on the tuning seeds of the run's training mix, or of
+the judged workload with ``--per-workload``), then per workload compares on held-out seeds:
+off, the engineer's ``threshold:tuned`` and ``sweep`` (tuned on that workload's tuning
+seeds), the sweep held to TensorRT-LLM's format, the native table, the three exports and the
+myopic oracle. Prints tokens/s of each over the engineer (the better of ``threshold:tuned``
+and ``sweep``; for TensorRT-LLM, the better of ``threshold:tuned`` and ``sweep:trtllm``), and
+writes ``OUT/engineer.json``, ``OUT/engineer.md`` and the exported files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from args import arg, script_main
+
+from specrl.files import write_atomic, write_json
+from specrl.options import SEED, positive_int, workload_preset
+
+FORMATS = ("vllm", "trtllm", "sglang")
+
+
+@dataclass
+class Args:
+    run: str = ""
+    """A finished `specrl train` run (required)."""
+    out: str = ""
+    """Output directory; empty: RUN/engineer."""
+    workloads: tuple[str, ...] = arg(("ramp", "day", "mixed", "bursts"), workload_preset)
+    """Workloads judged, one comparison each."""
+    episodes: int = arg(4, positive_int)
+    """Held-out episodes per workload and policy (seeds seed..seed+episodes-1)."""
+    seed: int = arg(20_000, SEED)
+    """First held-out seed: apart from training (0..), its evaluation (10,000), the warm
+    start (30,000), the export's visits (40,000) and the tuning seeds (50,000)."""
+    per_workload: bool = False
+    """Search each export on the judged workload's tuning seeds, not the training mix."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return script_main(Args, run, argv, __doc__, "engineer")
+
+
+def _ratio(report, policy: str, reference: str) -> dict:
+    a, b = report.result(policy), report.result(reference)
+    per = report.paired_ratios(policy, reference)
+    return {
+        "ratio": a.tokens_per_s / b.tokens_per_s,
+        "min": min(per),
+        "max": max(per),
+        "reference": reference,
+    }
+
+
+def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> dict:
+    """The three searched exports of ``table``, written to ``out``; their search results."""
+    from specrl.train.export import searched_export
+    from specrl.train.search import search_run
+
+    results = search_run(run_dir, table, list(FORMATS), acceptance=acceptance, workloads=workloads)
+    for fmt, result in results.items():
+        print(result.describe())
+        obj = searched_export(table, result, acceptance)
+        write_atomic(out / f"{fmt}.json", json.dumps(obj, indent=1) + "\n")
+    return results
+
+
+def run(args: Args) -> Path:
+    from specrl.compare import compare_policies
+    from specrl.errors import SpecrlError
+    from specrl.policies import make_policies
+    from specrl.policies.engineer import tune_sweep_trtllm
+    from specrl.train.config import load_config
+    from specrl.train.export import checked_table
+    from specrl.train.run import _load_run_profile, surrogate_env
+
+    if not args.run:
+        raise SpecrlError("--run RUN_DIR is required: a finished `specrl train` run")
+    start = time.perf_counter()
+    run_dir = Path(args.run)
+    out = Path(args.out or run_dir / "engineer")
+    out.mkdir(parents=True, exist_ok=True)
+    config = load_config(run_dir)
+    profile, profile_path = _load_run_profile(config)
+    table, fidelity = checked_table(run_dir)
+    print(fidelity.format())
+    table.save(out / "table.json")
+    acceptance = table.provenance["operating_acceptance"]
+    searches = {}
+    if not args.per_workload:
+        searches["mix"] = export_all(run_dir, out, table, acceptance)
+    rows, reports = [], {}
+    for workload in args.workloads:
+        where = out
+        if args.per_workload:
+            where = out / workload
+            where.mkdir(exist_ok=True)
+            searches[workload] = export_all(run_dir, where, table, acceptance, [workload])
+        env = surrogate_env(config, profile, workload)
+        specs = [
+            "off",
+            "threshold:tuned",
+            "sweep",
+            f"lookup:{out / 'table.json'}",
+            *(f"schedule:{where / f'{fmt}.json'}" for fmt in FORMATS),
+            "oracle",
+        ]
+        policies = make_policies(specs, env=env)
+        policies.insert(3, tune_sweep_trtllm(env))
+        report = compare_policies(
+            env, policies, seed=args.seed, episodes=args.episodes, workload=workload
+        )
+        reports[workload] = report
+        eng = report.engineer.policy
+        trt_eng = max(
+            ("threshold:tuned", "sweep:trtllm"), key=lambda n: report.result(n).tokens_per_s
+        )
+        row = {
+            "workload": workload,
+            "engineer": eng,
+            "engineer_vs_off": _ratio(report, eng, "off"),
+            "native": _ratio(report, "lookup:table.json", eng),
+            "vllm": _ratio(report, "schedule:vllm", eng),
+            "trtllm": _ratio(report, "schedule:trtllm", trt_eng),
+            "sglang": _ratio(report, "schedule:sglang", eng),
+            "oracle": _ratio(report, "oracle", eng),
+            "native_vs_oracle": _ratio(report, "lookup:table.json", "oracle"),
+        }
+        rows.append(row)
+        print(f"\n{workload}, {args.episodes} held-out episode(s) from seed {args.seed}")
+        print(report.format())
+    lines = [
+        f"profile {profile_path}, run {run_dir}, {args.episodes} held-out episodes per workload "
+        f"from seed {args.seed}; exports searched on "
+        + ("each workload's tuning seeds" if args.per_workload else "the training mix"),
+        "",
+        "| workload | engineer vs off | native table | vLLM export | TRT-LLM export "
+        "| SGLang export | myopic oracle | native vs oracle |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [
+            f"{r[key]['ratio']:.3f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})"
+            for key in ("native", "vllm", "trtllm", "sglang", "oracle", "native_vs_oracle")
+        ]
+        vs_off = f"{r['engineer_vs_off']['ratio']:.3f} ({r['engineer']})"
+        lines.append(f"| {r['workload']} | {vs_off} | " + " | ".join(cells) + " |")
+    lines += ["", "(min-max: the ratio per held-out episode)"]
+    text = "\n".join(lines)
+    print("\n" + text)
+    write_atomic(out / "engineer.md", text + "\n")
+    write_json(
+        out / "engineer.json",
+        {
+            "run": str(run_dir),
+            "profile": str(profile_path),
+            "episodes": args.episodes,
+            "seed": args.seed,
+            "per_workload": args.per_workload,
+            "rows": rows,
+            "searches": {
+                k: {fmt: r.to_json() for fmt, r in v.items()} for k, v in searches.items()
+            },
+            "reports": {w: r.to_json() for w, r in reports.items()},
+            "wall_s": time.perf_counter() - start,
+        },
+    )
+    print(f"\nwrote {out}/ in {time.perf_counter() - start:.0f} s")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
