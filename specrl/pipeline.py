@@ -293,7 +293,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     artifacts["training run"] = str(train_dir)
     lap("train")
 
-    _step(4, "export the K table")
+    _step(4, "export the K table, and each serving stack's best schedule")
     table, fidelity = checked_table(train_dir, progress=options.progress)
     if not fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
@@ -303,26 +303,38 @@ def run_demo(options: DemoOptions) -> DemoResult:
     table.save(native)
     table = load_table(native)  # what a server would read, validated
     artifacts["K table (native)"] = str(native)
-    from specrl.export import export_file
+    from specrl.train.export import searched_export
+    from specrl.train.search import STACK_FORMATS, search_run
 
-    for fmt in ("vllm", "trtllm"):
-        path = run_dir / f"table-{fmt}.json"
-        try:
-            obj = export_file(table, fmt=fmt, acceptance=acceptance)
-        except SpecrlError as err:
-            _say(f"  {fmt}: not written: {err}")
+    failed: dict[str, SpecrlError] = {}
+    searched = search_run(
+        train_dir,
+        table,
+        list(STACK_FORMATS),
+        acceptance=acceptance,
+        progress=options.progress,
+        errors=failed,
+    )
+    schedules = []
+    for fmt in STACK_FORMATS:
+        if fmt in failed:
+            _say(f"  {fmt}: not written: {failed[fmt]}")
             continue
+        path = run_dir / f"table-{fmt}.json"
+        obj = searched_export(table, searched[fmt], acceptance)
         write_json(path, obj)
-        artifacts[f"K table ({fmt}, acceptance {acceptance})"] = str(path)
+        schedules.append(f"schedule:{path}")
+        artifacts[f"K schedule ({fmt}, searched)"] = str(path)
+        _say(_indent(searched[fmt].describe()))
         _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
     lap("export")
 
-    _step(5, "compare: every policy in the surrogate; off, best static K, goodput, table live")
+    _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
     lookup = f"lookup:{native}"
     reports = compare_surrogate(
         profile,
         SURROGATE_WORKLOADS,
-        [*default_policies(4), lookup],
+        [*default_policies(4), lookup, *schedules],
         episodes=options.surrogate_episodes,
         seed=HELD_OUT_SEED,
         max_batch=options.max_batch,
@@ -341,7 +353,8 @@ def run_demo(options: DemoOptions) -> DemoResult:
         profile=profile,
         check_profile=False,  # checked above, once
     )
-    specs = list(dict.fromkeys(["off", best_spec, "goodput", lookup]))
+    engineer = mixed.engineer.policy if mixed.engineer else best_spec
+    specs = list(dict.fromkeys(["off", best_spec, engineer, "goodput", lookup]))
     if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
         _say(note)
     live_policies = [make_policy(s, env=live_env, profile=profile) for s in specs]

@@ -67,7 +67,7 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
 
     reports = [f"surrogate-{w}" for w in SURROGATE_WORKLOADS] + ["live-mixed"]
     exports = []
-    for fmt in ("vllm", "trtllm"):  # either written or said why not (a table that never drafts)
+    for fmt in ("vllm", "trtllm", "sglang"):  # either written or said why not
         written = (run / f"table-{fmt}.json").is_file()
         assert written != (f"  {fmt}: not written: " in printed), fmt
         exports += [f"table-{fmt}.json"] if written else []
@@ -100,9 +100,16 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     for row in results["surrogate-mixed"]:
         assert f"\n| {row['policy']} | " in printed[surrogate:at_live]
     assert "best static policy, among off, K=1, K=2, K=3, K=4: " in printed[surrogate:at_live]
-    # Live: off, the surrogate's best static K unless that is off, goodput and the table; a
-    # best static policy is named only where a K ran beside off.
-    assert ("best static policy, among off, K=" in live_printed) == (len(live) == 4)
+    # Live: off, the surrogate's best static K unless that is off, the engineer, goodput and
+    # the table; a best static policy is named only where a K ran beside off.
+    assert live[-3] in ("threshold:tuned", "sweep")
+    assert "the engineer: " in printed[surrogate:at_live]
+    ran_k = any(name.startswith("K=") for name in live)
+    assert ("best static policy, among off, K=" in live_printed) == ran_k
+    for fmt in exports:  # each written schedule was searched and compared
+        chosen = json.loads((run / fmt).read_text())["specrl"]["chosen_by"]
+        assert chosen["method"] == "search" and chosen["score"] >= max(chosen["starts"].values())
+        assert f"\n| schedule:{fmt.removesuffix('.json')} | " in printed[surrogate:at_live]
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +133,8 @@ def test_demo_measures_its_profile_and_writes_every_artifact(demos):
     for workload in ("ramp", "day", "bursts", "mixed"):
         report = json.loads((run / f"compare-surrogate-{workload}.json").read_text())
         names = [r["policy"] for r in report["results"]]
-        assert names[0] == "off" and "oracle" in names and names[-1] == "lookup:table.json"
+        assert names[0] == "off" and "oracle" in names and "lookup:table.json" in names
+        assert {"threshold:tuned", "sweep", "schedule:table-vllm"} <= set(names)
     live = json.loads((run / "compare-live-mixed.json").read_text())
     names = [r["policy"] for r in live["results"]]
     assert names[0] == "off" and "goodput" in names and names[-1] == "lookup:table.json"

@@ -210,6 +210,7 @@ def visited_cells(
     episodes: int = 2,
     seed: int = VISIT_SEED,
     progress: bool = False,
+    desc: str = "monotone: visits",
 ) -> np.ndarray:
     """``[batch, acceptance bin]`` counts (rows ``0..max_batch``) of the steps where the
     run's policy, playing ``episodes`` surrogate episodes of each evaluation workload, read
@@ -226,9 +227,7 @@ def visited_cells(
     profile, _ = _load_run_profile(config)
     inner = list(acceptance_edges)[1:-1]  # binned as the controller bins its estimate
     counts = np.zeros((config.max_batch + 1, len(inner) + 1))
-    bar = tqdm(
-        total=len(config.eval_workloads) * episodes, desc="monotone: visits", disable=not progress
-    )
+    bar = tqdm(total=len(config.eval_workloads) * episodes, desc=desc, disable=not progress)
     for name in config.eval_workloads:
         env = surrogate_env(config, profile, name)
         for s in range(seed, seed + episodes):

@@ -430,11 +430,14 @@ def search_run(
     workloads: list[str] | None = None,
     cuda_graph_bs=None,
     progress: bool = True,
+    errors: dict[str, SpecrlError] | None = None,
 ) -> dict[str, SearchResult]:
     """:func:`best_schedule` for each of ``formats`` from the run's exported ``table``,
     judged on ``workloads`` (presets or trace files; default: the run's training mix) in the
-    surrogate of the run's profile and sizes. ``acceptance`` is the operating acceptance of
-    the plain collapse."""
+    surrogate of the run's profile and sizes; the formats share their episodes (each
+    schedule is played once). ``acceptance`` is the operating acceptance of the plain
+    collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
+    table that never drafts at batch 1) is recorded there instead of raised."""
     from specrl.train.config import load_config
     from specrl.train.export import ACCEPTANCE_EDGES, visited_cells
     from specrl.train.run import _load_run_profile, surrogate_env
@@ -443,7 +446,7 @@ def search_run(
     profile, _ = _load_run_profile(config)
     names = list(workloads or config.workloads)
     scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
-    visits = visited_cells(run_dir, ACCEPTANCE_EDGES, progress=progress)
+    visits = visited_cells(run_dir, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
     plain = collapsed(table, acceptance)
     weighted = visit_weighted(table, visits, acceptance)
     out = {}
@@ -453,5 +456,10 @@ def search_run(
         )
         starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
         starts.update(engineer_starts(scorer, fmt))
-        out[name] = best_schedule(fmt, scorer, starts, progress=progress)
+        try:
+            out[name] = best_schedule(fmt, scorer, starts, progress=progress)
+        except SpecrlError as err:
+            if errors is None:
+                raise
+            errors[name] = err
     return out
