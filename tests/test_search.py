@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specrl.envs import SurrogateSpecEnv
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.policies.engineer import Scorer
 from specrl.profile.synthetic import linear_profile
 from specrl.train.search import (
@@ -139,3 +139,20 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed(monkeypatch):
     result = best_schedule(fmt, Worthy(), {"start": start})
     assert result.dense.tolist() == [0, 1, 1, 1, 1, 2, 2, 2, 2]
     assert result.rises == [{"batch": 5, "from": 1, "to": 2, "worth": round(1 / 101, 5)}]
+
+
+def test_trtllm_warns_when_off_beats_every_schedule_it_can_express(monkeypatch):
+    class OffIsBest:  # every K costs: off scores highest, and TensorRT-LLM cannot say off
+        envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
+
+        def score(self, dense):
+            return 100.0 - float(np.sum(dense))
+
+    monkeypatch.setattr("specrl.train.search._name", lambda env: "x")
+    fmt = StackFormat("trtllm", k_max=2, max_batch=8)
+    with pytest.warns(SpecrlWarning, match="cannot turn speculation off at batch 1"):
+        result = best_schedule(fmt, OffIsBest(), {"K=1": np.full(9, 1)})
+    assert result.dense.tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0]  # the least it can draft
+    vllm = StackFormat("vllm", k_max=2, max_batch=8)
+    result = best_schedule(vllm, OffIsBest(), {"K=1": np.full(9, 1)})
+    assert result.dense[1:].tolist() == [0] * 8  # vLLM can say off

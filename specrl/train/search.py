@@ -221,8 +221,13 @@ class SearchResult:
             f"{self.score / best_start:.4f}x the best start; starts: "
             + ", ".join(f"{name} {s:.1f}" for name, s in self.starts.items()),
             f"  judged on seeds {self.seeds[0]}-{self.seeds[-1]} of "
-            f"{', '.join(self.workloads)}: {self.evaluations} episodes, "
-            f"{self.surrogate_s:,.0f} surrogate s ({self.wall_s:.0f} s wall)",
+            f"{', '.join(self.workloads)}: "
+            + (
+                f"{self.evaluations} episodes, {self.surrogate_s:,.0f} surrogate s "
+                f"({self.wall_s:.0f} s wall)"
+                if self.evaluations
+                else "every schedule it tried was already played for an earlier format"
+            ),
         ]
         if self.rises:
             lines.append(
@@ -317,7 +322,19 @@ def best_schedule(
     if score < floor:  # smoothing what the search added fell below the best start
         dense, score = smoothed_starts[start][0].copy(), floor
         _, _, _, rises = _smooth(fmt, scorer, dense, score)
-    config = fmt.write(dense)
+    off = scorer.score(np.zeros_like(dense))
+    if not fmt.feasible(np.zeros_like(dense)) and off > score:
+        warnings.warn(
+            f"the best {fmt.fmt} schedule found ({score:.1f} tokens/s) is below speculation off "
+            f"({off:.1f}) on this traffic: TensorRT-LLM's draft_len_schedule cannot turn "
+            "speculation off at batch 1 (its smallest key's K is max_draft_len >= 1); serve "
+            "without speculative decoding, or export --format vllm or sglang",
+            category=SpecrlWarning,
+            stacklevel=2,
+        )
+    with warnings.catch_warnings():  # the file's writer warns, with the operating point
+        warnings.simplefilter("ignore", SpecrlWarning)
+        config = fmt.write(dense)
     served = fmt.read(config)
     if not np.array_equal(served, dense):  # the writer must hold what was scored
         raise SpecrlError(f"the {fmt.fmt} writer did not hold the searched schedule")
