@@ -23,14 +23,24 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from args import arg, script_main
 
+from specrl.features import AcceptanceTracker
 from specrl.files import write_atomic, write_json
-from specrl.options import BATCH, SEED, positive_int, workload_preset
+from specrl.options import (
+    BATCH,
+    N_REQUESTS_MAX,
+    SEED,
+    int_in,
+    positive_int,
+    workload_preset,
+)
+from specrl.workload.driver import TraceDriver
 
 
 @dataclass
@@ -49,6 +59,8 @@ class Args:
     """Steps each copy plays on after the K it tries."""
     max_batch: int = arg(128, BATCH)
     """Largest batch, and the workloads' peak concurrency."""
+    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
+    """Requests per trace; 0: the preset's own."""
 
 
 SHARED = (
@@ -80,13 +92,23 @@ class LookaheadOracle:
         self.tokens, self.seconds = 0, 0.0
 
     def _clone(self):
+        """A copy of the env that steps on its own: the tables and the trace shared, the
+        episode's state (row arrays, queues, counters, the random generator) copied."""
         env = self.env
-        shared = {
-            id(v): v for v in vars(env).values() if isinstance(v, np.ndarray) and v.size > 4096
-        }
-        shared[id(env.profile)] = env.profile
-        shared[id(env.costs)] = env.costs
-        return copy.deepcopy(env, shared)
+        sim = copy.copy(env)
+        for name, value in vars(env).items():
+            if name in SHARED or isinstance(value, (int, float, str, bool, type(None))):
+                continue
+            if isinstance(value, np.ndarray):
+                if value.size <= 4096:  # a row's state; the large ones are tables
+                    setattr(sim, name, value.copy())
+            elif isinstance(value, (list, dict, deque)):
+                setattr(sim, name, copy.copy(value))  # of numbers and tuples
+            elif isinstance(value, TraceDriver):
+                setattr(sim, name, copy.copy(value))  # counters over an unchanged trace
+            elif isinstance(value, (AcceptanceTracker, np.random.Generator)):
+                setattr(sim, name, copy.deepcopy(value))
+        return sim
 
     def predict(self, obs, state=None, episode_start=None, deterministic=False):
         if episode_start is not None and np.any(episode_start):
@@ -134,7 +156,8 @@ def run(args: Args) -> Path:
         env = SurrogateSpecEnv(
             profile=profile,
             workload=workload,
-            workload_kwargs={"peak": args.max_batch},
+            workload_kwargs={"peak": args.max_batch}
+            | ({"n_requests": args.n_requests} if args.n_requests else {}),
             k_max=profile.k_max,
             max_batch=args.max_batch,
         )

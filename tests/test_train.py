@@ -669,7 +669,7 @@ def test_cli_checks_out_and_resume(tmp_path):
 
     with pytest.raises(SpecrlError, match="not both"):
         config_from_args(args(out="a", resume="b"))
-    with pytest.raises(SpecrlError, match="not both"):
+    with pytest.raises(SpecrlError, match="or --resume RUN_DIR, one of them"):
         config_from_args(args())
     config, resume = config_from_args(args(out=str(tmp_path), timesteps=1000, seed=3))
     assert (config.total_timesteps, config.seed, resume) == (1000, 3, False)

@@ -90,7 +90,8 @@ def config_from_args(args: argparse.Namespace):
     from specrl.train.config import TrainConfig
 
     if bool(args.out) == bool(args.resume):
-        raise SpecrlError("give --out RUN_DIR for a new run or --resume RUN_DIR, not both")
+        which = "not both" if args.out else "one of them (--config sets the settings, not the run)"
+        raise SpecrlError(f"give --out RUN_DIR for a new run or --resume RUN_DIR, {which}")
     changes = {"total_timesteps": args.timesteps, "wandb": args.wandb}
     changes = {name: value for name, value in changes.items() if value is not None}
     base = _base_config(args.config) if args.config else TrainConfig()
