@@ -15,7 +15,7 @@ from train_helpers import tiny
 from specrl.errors import SpecrlError
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("train_ppo", "compare", "seeds", "engineer", "headroom")
+SCRIPTS = ("train_ppo", "compare", "seeds", "engineer")
 
 
 TINY_ROLLOUT = ("--n-envs", "2", "--n-steps", "64", "--batch-size", "64")
@@ -288,36 +288,3 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
             50_001,
         ]
     assert "| ramp | " in (out / "engineer.md").read_text()
-
-
-def test_headroom_script_and_its_copies_of_the_surrogate(tmp_path):
-    import copy
-
-    from specrl.envs import SurrogateSpecEnv
-    from specrl.profile.synthetic import linear_profile
-
-    headroom = load("headroom")
-    env = SurrogateSpecEnv(
-        profile=linear_profile(),
-        workload="bursts",
-        workload_kwargs={"peak": 8, "n_requests": 12},
-        max_batch=8,
-    )
-    env.reset(seed=5)
-    for _ in range(10):
-        env.step(2)
-    oracle = headroom.LookaheadOracle(env, horizon=4)
-    mine, reference = oracle._clone(), copy.deepcopy(env)
-    for k in [0, 3, 1, 4, 0, 2] * 3:  # the copy steps exactly as a deep copy does
-        a, b = mine.step(k)[4], reference.step(k)[4]
-        assert (a["committed"], a["step_time_s"]) == (b["committed"], b["step_time_s"])
-    assert env.episode_steps == 10  # and the original did not move
-    out = tmp_path / "h"
-    argv = ["--out", str(out), "--workloads", "bursts", "--episodes", "1", "--horizon", "4"]
-    argv += ["--max-batch", "8", "--n-requests", "12"]
-    assert headroom.main(argv) == 0
-    (row,) = json.loads((out / "headroom.json").read_text())["rows"]
-    rate = row["tokens_per_s"]
-    eng = max(rate["threshold:tuned"], rate["sweep"])
-    best = max(rate["oracle"], rate["lookahead oracle"])
-    assert row["headroom"] == pytest.approx(best / eng - 1)
