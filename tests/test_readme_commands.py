@@ -20,7 +20,7 @@ from specrl.cli import build_parser
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
-SCRIPTS = ("train_ppo", "compare", "seeds", "draft_size")
+SCRIPTS = ("train_ppo", "compare", "seeds", "draft_size", "engineer")
 
 
 def _block_commands() -> list[str]:
