@@ -14,7 +14,6 @@ from specrl.train.search import (
     StackFormat,
     best_schedule,
     engineer_starts,
-    runs_of,
     search_buckets,
 )
 
@@ -70,10 +69,6 @@ def test_search_buckets_never_split_an_sglang_padding_group():
 
     for lo, hi in search_buckets(160):
         assert hi in SGLANG_CUDA_GRAPH_BS, (lo, hi)
-
-
-def test_runs_of_a_dense_schedule():
-    assert runs_of(_dense(2, 2, 1, 3, 3)) == [[1, 2, 2], [3, 3, 1], [4, 5, 3]]
 
 
 def test_the_search_is_never_worse_than_any_start_and_says_how_it_chose():

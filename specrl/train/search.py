@@ -53,6 +53,7 @@ from specrl.policies.engineer import (
     threshold_dense,
     trtllm_nudges,
     tuning_seeds,
+    vllm_entries,
 )
 from specrl.policies.schedule import BatchSchedule
 
@@ -88,17 +89,6 @@ def search_buckets(max_batch: int) -> list[tuple[int, int]]:
         end *= 2
     ends.append(max_batch)
     return [(lo + 1, hi) for lo, hi in zip([0, *ends], ends)]
-
-
-def runs_of(dense) -> list[list[int]]:
-    """``[[lo, hi, K], ...]``: the runs of equal K over batch sizes ``1..max_batch``."""
-    out: list[list[int]] = []
-    for batch, k in enumerate(np.asarray(dense)[1:].tolist(), start=1):
-        if out and out[-1][2] == k:
-            out[-1][1] = batch
-        else:
-            out.append([batch, batch, int(k)])
-    return out
 
 
 class StackFormat:
@@ -379,7 +369,7 @@ def _smooth(fmt: StackFormat, scorer: Scorer, dense, score: float):
     worth)``."""
     smoothed = 0
     while True:
-        runs = runs_of(dense)
+        runs = vllm_entries(dense)
         rises = []
         for j in range(1, len(runs)):
             if runs[j][2] <= runs[j - 1][2]:
