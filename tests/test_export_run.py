@@ -331,3 +331,18 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
     assert main([*argv, "--no-progress", "--force", "--no-search"]) == 0
     assert "collapsed at acceptance" in capsys.readouterr().out
     assert "chosen_by" not in json.loads(plain.read_text())["specrl"]
+
+
+def test_export_refuses_stack_options_for_other_formats(run_dir, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    base = ["export", "--run", str(run_dir), "--out", str(out)]
+    assert main([*base, "--workload", "ramp"]) == 2
+    assert "--workload: for a serving stack's schedule" in capsys.readouterr().err
+    assert main([*base, "--no-search"]) == 2
+    assert "--no-search: for a serving stack's schedule" in capsys.readouterr().err
+    assert main([*base, "--format", "vllm", "--cuda-graph-bs", "1,2,4"]) == 2
+    assert "--cuda-graph-bs: SGLang's CUDA-graph sizes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's own refusal, exit 2
+        main([*base, "--format", "sglang", "--cuda-graph-bs", "1,x"])
+    assert "expected batch sizes >= 1" in capsys.readouterr().err
+    assert not out.exists()

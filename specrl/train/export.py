@@ -499,12 +499,13 @@ def checked_table(
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "export",
-        help="write a trained run's K table: native, vLLM or TensorRT-LLM",
+        help="write a trained run's K table: native, or a vLLM, TensorRT-LLM or SGLang schedule",
         description="Tabulate a `specrl train` run's policy by batch size and acceptance "
         "(native format, see the README), check on held-out surrogate seeds that the table "
-        "acts as the policy does, and write it in specrl's own format or collapsed at one "
-        "acceptance for vLLM (num_speculative_tokens_per_batch_size) or TensorRT-LLM "
-        "(draft_len_schedule).",
+        "acts as the policy does, and write it in specrl's own format, or, for a serving "
+        "stack, the best schedule its format can express (vLLM's "
+        "num_speculative_tokens_per_batch_size, TensorRT-LLM's draft_len_schedule, SGLang's "
+        "--speculative-adaptive-config), searched in the surrogate (docs/stacks.md).",
     )
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", metavar="RUN_DIR", help="a finished `specrl train` run")
@@ -524,7 +525,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--context-len",
         type=options.positive_int,
         default=None,
-        help="trtllm: the context bin to export",
+        help="trtllm, sglang: the context bin to export (a table with context bins)",
     )
     parser.add_argument(
         "--k-max", type=options.K_MAX, default=None, help="refuse a run trained with another k_max"
@@ -606,9 +607,24 @@ RUN_ONLY = {
 """Options that act on tabulating a run (``--run``); a ``--table`` is only converted."""
 
 
+STACK_ONLY = {"workload": "--workload", "no_search": "--no-search"}
+"""Options that act on a serving stack's schedule (``--format vllm|trtllm|sglang``)."""
+
+
 def run(args: argparse.Namespace) -> int:
     acceptance = args.acceptance
     check_output(args.out, "--out")  # before the fidelity check, not after it
+    if args.format == "native":
+        given = [flag for dest, flag in STACK_ONLY.items() if getattr(args, dest)]
+        if given:
+            raise SpecrlError(
+                f"{', '.join(given)}: for a serving stack's schedule; the native table holds "
+                "the policy itself: pass --format vllm, trtllm or sglang"
+            )
+    if args.cuda_graph_bs is not None and args.format != "sglang":
+        raise SpecrlError(
+            f"--cuda-graph-bs: SGLang's CUDA-graph sizes, for --format sglang, not {args.format}"
+        )
     if args.table:
         given = [
             flag for dest, flag in RUN_ONLY.items() if getattr(args, dest) not in (None, False)
