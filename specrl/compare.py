@@ -209,10 +209,8 @@ class ComparisonReport:
             )
         if eng:
             ran = [name for name in ENGINEER if self.result(name)]
-            notes.append(
-                f"the engineer: {eng.policy} ({eng.tokens_per_s:.0f} tokens/s), the better of "
-                + " and ".join(ran)
-            )
+            better = f", the better of {' and '.join(ran)}" if len(ran) > 1 else ""
+            notes.append(f"the engineer: {eng.policy} ({eng.tokens_per_s:.0f} tokens/s){better}")
         for name, tuning in self.tuning.items():
             notes.append(f"{name}: {tuning['described']}")
         if any(r.bucket_steps for r in self.results):
