@@ -462,11 +462,18 @@ def search_run(
             name, k_max=config.k_max, max_batch=config.max_batch, cuda_graph_bs=cuda_graph_bs
         )
         starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
+        clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
         starts.update(engineer_starts(scorer, fmt))
         try:
-            out[name] = best_schedule(fmt, scorer, starts, progress=progress)
+            result = best_schedule(fmt, scorer, starts, progress=progress)
         except SpecrlError as err:
             if errors is None:
                 raise
             errors[name] = err
+            continue
+        # The engineer's starts were tuned for this search: their episodes count in its cost.
+        result.evaluations = scorer.episodes - played[0]
+        result.surrogate_s = scorer.surrogate_s - played[1]
+        result.wall_s = time.perf_counter() - clock
+        out[name] = result
     return out
