@@ -14,7 +14,8 @@ searches the format's own class instead, judged in the surrogate:
    sweep nudged to its smallest-key rule. The best start is kept.
 2. **Local search**: bucket by bucket (:data:`SEARCH_BATCHES`), set the whole bucket to a
    neighbouring K (one up or down, or a neighbour bucket's K) where the format allows it;
-   keep the best move if it scores higher; repeat until a pass changes nothing.
+   keep the best move if it scores at least :data:`MIN_MOVE_GAIN` higher; repeat until a
+   pass changes nothing.
 3. **Smoothing**: a K that rises with batch size stays only where the rise is worth at
    least :data:`MIN_RISE_WORTH` of the score; otherwise the rise is flattened (whichever of
    lowering the higher run or raising the lower one scores better). Each start is smoothed
@@ -65,6 +66,10 @@ MIN_RISE_WORTH = 0.005
 """A K rising with batch size must be worth this share of the score, or it is smoothed."""
 MAX_PASSES = 4
 """Local search passes at most (each tries every bucket once)."""
+MIN_MOVE_GAIN = 0.001
+"""A move must raise the score by this share to be kept: two seeds per workload tell
+schedules apart only so finely, and a smaller gain is as likely the seeds' as the
+schedule's."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
 _NO_PROVENANCE = {
     "profile_sha256": "",
@@ -299,7 +304,7 @@ def best_schedule(
                 if np.array_equal(trial, dense) or not fmt.feasible(trial):
                     continue
                 s = scorer.score(trial)
-                if s > score and (best_move is None or s > best_move[0]):
+                if s > score * (1 + MIN_MOVE_GAIN) and (best_move is None or s > best_move[0]):
                     best_move = (s, trial)
             if best_move is not None:
                 score, dense = best_move
