@@ -10,8 +10,10 @@ benchmarking each concurrency, tuned in the surrogate on seeds apart from any ev
   below that was reached (above, for the smallest buckets).
 
 Both score candidates by aggregate tokens/s (sum of tokens over sum of seconds) over
-:data:`TUNE_EPISODES` episodes from :data:`TUNE_SEED` of the env's own workload and profile.
-A :class:`Tuning` records the seeds, the episodes played and their cost.
+:data:`TUNE_EPISODES` episodes from :data:`TUNE_SEED` of the env's own workload and profile
+(:class:`Scorer`; over several workloads, the geometric mean of theirs, as the export's
+schedule search scores). A :class:`Tuning` records the seeds, the episodes played and their
+cost.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Tuning:
     """How a tuned schedule was chosen."""
 
     method: str
-    """``"threshold"`` or ``"sweep"``."""
+    """``"threshold"``, ``"sweep"`` or ``"sweep:trtllm"``."""
     chosen: str
     """The schedule in words, e.g. ``"K=2 up to B=16, off above"``."""
     workloads: list[str]
