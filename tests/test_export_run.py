@@ -228,8 +228,21 @@ def test_export_cli_writes_native_vllm_and_trtllm(run_dir, tmp_path, capsys):
     native = tmp_path / "t.json"
     args = ["export", "--run", str(run_dir), "--out", str(native), "--no-progress", "--force"]
     assert main(args) == 0  # --force: see test_compare_runs_lookup_and_ppo_by_name
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "fidelity: the table picks PPO's K" in printed and "monotone" not in printed
+    versus = load_table(native).provenance["against_engineer"]
+    assert versus["ratio"] == pytest.approx(
+        versus["table_tokens_per_s"] / versus["engineer_tokens_per_s"]
+    )
+    assert versus["seeds"] == [50_000, 50_001] and versus["workloads"] == [
+        "ramp",
+        "steady-2",
+        "steady-8",
+    ]
+    assert f"({versus['ratio']:.4f}x)" in printed
+    below = "the table is below the engineer's per-bucket sweep" in captured.err
+    assert below == (versus["ratio"] < 0.99)
     mono = tmp_path / "m.json"
     assert main([*args[:4], str(mono), "--no-progress", "--force", "--monotone"]) == 0
     assert " of 800 cells changed from the policy's K" in capsys.readouterr().out
@@ -346,3 +359,24 @@ def test_export_refuses_stack_options_for_other_formats(run_dir, tmp_path, capsy
         main([*base, "--format", "sglang", "--cuda-graph-bs", "1,x"])
     assert "expected batch sizes >= 1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_export_warns_when_the_table_is_below_the_engineer(run_dir, tmp_path, monkeypatch, capsys):
+    versus = {
+        "table_tokens_per_s": 90.0,
+        "engineer_tokens_per_s": 100.0,
+        "ratio": 0.9,
+        "engineer": "sweep",
+        "workloads": ["ramp"],
+        "seeds": [50_000, 50_001],
+    }
+    monkeypatch.setattr("specrl.train.search.against_engineer", lambda run, table: versus)
+    out = tmp_path / "t.json"
+    argv = ["export", "--run", str(run_dir), "--out", str(out), "--no-progress", "--force"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "against the engineer: the table 90.0 tokens/s" in captured.out
+    assert "the table is below the engineer's per-bucket sweep on the tuning seeds (0.9000x)" in (
+        captured.err
+    )
+    assert load_table(out).provenance["against_engineer"] == versus

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import warnings
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl import options
-from specrl.errors import SpecrlError
+from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.export import FORMATS, check_acceptance, export_file, table_from_policy
 from specrl.files import check_output, write_atomic
 from specrl.table import PROBE_SCOPES, KTable, load_table, provenance, table_from_json
@@ -76,6 +77,9 @@ UNVISITED_WEIGHT = 1e-3
 that change the fewest visits, the one changing the fewest cells."""
 MIN_MATCH = 0.99
 MIN_RATIO = 0.99
+BELOW_ENGINEER = 0.99
+"""A native table below this share of the engineer's sweep on the tuning seeds is warned
+about: a gap under 1% is one two seeds per workload do not tell from noise."""
 
 
 def _sha256(path: Path) -> str:
@@ -663,6 +667,8 @@ def run(args: argparse.Namespace) -> int:
                 f" tokens/s ratio {fidelity.ratio:.4f}; goals {MIN_MATCH:.0%} and {MIN_RATIO});"
                 " nothing written. Pass --force to write it anyway"
             )
+        if args.format == "native" and fidelity is not None:
+            report_against_engineer(args.run, table)
     if args.format != "native" and acceptance is None:
         raise SpecrlError(
             f"--format {args.format} collapses the table over acceptance; give --acceptance A"
@@ -685,6 +691,31 @@ def run(args: argparse.Namespace) -> int:
     print(_describe(table, args.format, obj, acceptance))
     print(f"wrote {args.out}")
     return 0
+
+
+def report_against_engineer(run_dir, table: KTable) -> None:
+    """Print the table against the engineer's sweep on the tuning seeds, record it in the
+    provenance (``against_engineer``), and warn where the table is below
+    :data:`BELOW_ENGINEER` of it: the learned table's level depends on the training seed, and
+    the stack exports hold the engineer's."""
+    from specrl.train.search import against_engineer
+
+    versus = against_engineer(run_dir, table)
+    table.provenance["against_engineer"] = versus
+    print(
+        f"against the engineer: the table {versus['table_tokens_per_s']:.1f} tokens/s, the "
+        f"sweep tuned on seeds {versus['seeds'][0]}-{versus['seeds'][-1]} of the training mix "
+        f"{versus['engineer_tokens_per_s']:.1f} ({versus['ratio']:.4f}x)"
+    )
+    if versus["ratio"] < BELOW_ENGINEER:
+        warnings.warn(
+            f"the table is below the engineer's per-bucket sweep on the tuning seeds "
+            f"({versus['ratio']:.4f}x): serve a stack export (--format vllm, trtllm or "
+            "sglang, searched from the sweep and never below it there), or train again with "
+            "another --seed",
+            category=SpecrlWarning,
+            stacklevel=2,
+        )
 
 
 def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, graphs: dict):

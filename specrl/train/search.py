@@ -482,3 +482,35 @@ def search_run(
         result.wall_s = time.perf_counter() - clock
         out[name] = result
     return out
+
+
+def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> dict:
+    """The native ``table`` (played by its controller) against the engineer's sweep, both on
+    the tuning seeds of ``workloads`` (default: the run's training mix) in the run's
+    surrogate, scored as the search scores: how the learned table stands against what a
+    benchmark at each concurrency gives, before it is served."""
+    from specrl.envs.rollout import run_episode
+    from specrl.policies.lookup import LookupPolicy
+    from specrl.train.config import load_config
+    from specrl.train.run import _load_run_profile, surrogate_env
+
+    config = load_config(run_dir)
+    profile, _ = _load_run_profile(config)
+    names = list(workloads or config.workloads)
+    scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
+    bucket_k, _ = best_sweep(scorer, config.k_max, config.max_batch)
+    engineer = scorer.score(sweep_dense(bucket_k, config.max_batch))
+    rates = []
+    for env in scorer.envs:
+        policy = LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max)
+        runs = [run_episode(env, policy, seed=s) for s in scorer.seeds]
+        rates.append(sum(r.tokens for r in runs) / sum(r.seconds for r in runs))
+    mine = float(np.exp(np.mean(np.log(rates))))
+    return {
+        "table_tokens_per_s": mine,
+        "engineer_tokens_per_s": engineer,
+        "ratio": mine / engineer,
+        "engineer": "sweep",
+        "workloads": names,
+        "seeds": scorer.seeds,
+    }
