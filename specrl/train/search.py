@@ -40,7 +40,6 @@ from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.export import (
     SGLANG_CUDA_GRAPH_BS,
     check_cuda_graph_bs,
-    sglang_padded,
     table_from_policy,
     to_sglang,
     to_trtllm,
@@ -151,16 +150,9 @@ class StackFormat:
                 return None
 
     def feasible(self, dense) -> bool:
-        """``dense`` is expressible exactly."""
-        dense = np.asarray(dense)
-        if self.fmt == "trtllm":
-            return dense[1] >= 1 and dense[1:].max() == dense[1]
-        if self.fmt == "sglang":
-            return all(
-                dense[b] == dense[min(sglang_padded(b, self.cuda_graph_bs), self.max_batch)]
-                for b in range(1, self.max_batch + 1)
-            )
-        return True
+        """``dense`` is expressible exactly: the stack serves it as it is."""
+        served = self.express(dense)
+        return served is not None and np.array_equal(served[1:], np.asarray(dense)[1:])
 
 
 @dataclass
