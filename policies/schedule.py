@@ -363,9 +363,9 @@ def _vllm_parts(config, source: str) -> tuple[list, int | None]:
         if VLLM_KEY not in config:
             raise SpecrlError(f"{source}: no {VLLM_KEY!r}; {_FIX_FILE}")
         cap = config.get("num_speculative_tokens")
-        if cap is not None and (not _is_int(cap) or cap < 1):
+        if cap is not None and (not _is_int(cap) or not 1 <= cap <= K_MAX_LIMIT):
             raise SpecrlError(
-                f"{source}: num_speculative_tokens must be an integer >= 1, got {cap!r}"
+                f"{source}: num_speculative_tokens must be an integer 1..{K_MAX_LIMIT}, got {cap!r}"
             )
         config = config[VLLM_KEY]
     if not isinstance(config, (list, tuple)) or not config:
@@ -400,8 +400,8 @@ def _check_vllm_entries(entries: list, source: str):
             raise SpecrlError(
                 f"{where}: the context range's start {ctx_lo} is above its end {ctx_hi}"
             )
-        if k < 0:
-            raise SpecrlError(f"{where}: K must be >= 0")
+        if not 0 <= k <= K_MAX_LIMIT:
+            raise SpecrlError(f"{where}: K must be in 0..{K_MAX_LIMIT}")
         rows.append((bs_lo, bs_hi, ctx_lo, ctx_hi, k, i))
     if len(lengths) > 1:
         raise SpecrlError(
@@ -470,9 +470,12 @@ def _trtllm_parts(config, source: str) -> tuple[dict[int, int], int | None]:
     max_draft_len = None
     if TRTLLM_KEY in config:
         max_draft_len = config.get("max_draft_len")
-        if max_draft_len is not None and (not _is_int(max_draft_len) or max_draft_len < 1):
+        if max_draft_len is not None and (
+            not _is_int(max_draft_len) or not 1 <= max_draft_len <= K_MAX_LIMIT
+        ):
             raise SpecrlError(
-                f"{source}: max_draft_len must be an integer >= 1, got {max_draft_len!r}"
+                f"{source}: max_draft_len must be an integer 1..{K_MAX_LIMIT}, got "
+                f"{max_draft_len!r}"
             )
         config = config[TRTLLM_KEY]
         if not isinstance(config, Mapping):
@@ -489,8 +492,10 @@ def _trtllm_parts(config, source: str) -> tuple[dict[int, int], int | None]:
             raise SpecrlError(f"{where}: keys are batch sizes, integers >= 1")
         if batch in schedule:
             raise SpecrlError(f"{where}: batch size {batch} is given twice")
-        if not _is_int(value) or value < 0:
-            raise SpecrlError(f"{where} = {value!r}: values are draft lengths, integers >= 0")
+        if not _is_int(value) or not 0 <= value <= K_MAX_LIMIT:
+            raise SpecrlError(
+                f"{where} = {value!r}: values are draft lengths, integers 0..{K_MAX_LIMIT}"
+            )
         schedule[batch] = value
     return schedule, max_draft_len
 

@@ -147,7 +147,15 @@ def test_vllm_five_item_grid_by_batch_and_context():
             [[1, 8, 1, 100, 2], [1, 8, 50, 200, 1]],
             r"context range 1-100 is followed by 50-200; context ranges must be contiguous",
         ),
-        ([[1, 8, -1]], r"\[0\] = \[1, 8, -1\]: K must be >= 0"),
+        ([[1, 8, -1]], r"\[0\] = \[1, 8, -1\]: K must be in 0..256"),
+        ([[1, 8, 10**30]], r"\[0\] = \[1, 8, 10{30}0*\]: K must be in 0..256"),
+        (
+            {
+                "num_speculative_tokens": 10**30,
+                "num_speculative_tokens_per_batch_size": [[1, 8, 2]],
+            },
+            "num_speculative_tokens must be an integer 1..256",
+        ),
         ([[0, 8, 1]], "bounds must be > 0"),
         ([[1, 8, 2.0]], "must be an integer"),
         ([[1, 8]], r"\[0\] = \[1, 8\]: each entry is"),
@@ -156,7 +164,7 @@ def test_vllm_five_item_grid_by_batch_and_context():
         ({"num_speculative_tokens": 3}, "no 'num_speculative_tokens_per_batch_size'"),
         (
             {"num_speculative_tokens": 0, "num_speculative_tokens_per_batch_size": [[1, 8, 1]]},
-            "num_speculative_tokens must be an integer >= 1",
+            "num_speculative_tokens must be an integer 1..256",
         ),
     ],
 )
@@ -194,7 +202,12 @@ def test_trtllm_keys_are_upper_bounds():
             {"max_draft_len": 4, "draft_len_schedule": {4: 4, 8: 5}},
             r"\[8\] = 5 is above max_draft_len",
         ),
-        ({4: 4, 8: -1}, r"\[8\] = -1: values are draft lengths, integers >= 0"),
+        ({4: 4, 8: -1}, r"\[8\] = -1: values are draft lengths, integers 0..256"),
+        ({4: 4, 8: 257}, r"\[8\] = 257: values are draft lengths, integers 0..256"),
+        (
+            {"max_draft_len": 10**30, "draft_len_schedule": {4: 4}},
+            "max_draft_len must be an integer 1..256",
+        ),
         ({0: 4}, "keys are batch sizes, integers >= 1"),
         ({"many": 4}, "keys are batch sizes"),
         ({4: 0}, "must be >= 1"),
