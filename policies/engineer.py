@@ -128,30 +128,37 @@ class Scorer:
     def play(self, dense: np.ndarray) -> list:
         """Per env, the :class:`~specrl.envs.EpisodeResult` of each seed under the schedule
         ``dense`` (K per batch size ``0..max_batch``)."""
-        from specrl.envs.rollout import run_episode
-
         dense = np.asarray(dense, dtype=np.int64)
         key = dense.tobytes()
         if key not in self._cache:
-            out = []
-            for env in self.envs:
-                policy = BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
-                runs = [run_episode(env, policy, seed=s) for s in self.seeds]
-                self.episodes += len(runs)
-                self.surrogate_s += sum(r.seconds for r in runs)
-                out.append(runs)
-            self._cache[key] = out
+            self._cache[key] = self.play_policy(
+                lambda env: BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
+            )
         return self._cache[key]
 
-    def tokens_per_s(self, dense: np.ndarray) -> list[float]:
-        """Per env: aggregate tokens/s over the seeds."""
-        return [
-            sum(r.tokens for r in runs) / sum(r.seconds for r in runs) for runs in self.play(dense)
-        ]
+    def play_policy(self, policy_for) -> list:
+        """Per env, the episode of each seed under ``policy_for(env)`` (not cached)."""
+        from specrl.envs.rollout import run_episode
+
+        out = []
+        for env in self.envs:
+            policy = policy_for(env)
+            runs = [run_episode(env, policy, seed=s) for s in self.seeds]
+            self.episodes += len(runs)
+            self.surrogate_s += sum(r.seconds for r in runs)
+            out.append(runs)
+        return out
 
     def score(self, dense: np.ndarray) -> float:
         """The geometric mean over envs of aggregate tokens/s: every workload counts alike."""
-        return float(np.exp(np.mean(np.log(self.tokens_per_s(dense)))))
+        return geometric_rate(self.play(dense))
+
+
+def geometric_rate(played: list) -> float:
+    """The geometric mean over envs of each env's aggregate tokens/s over its episodes
+    (``played``: per env, a list of :class:`~specrl.envs.EpisodeResult`)."""
+    rates = [sum(r.tokens for r in runs) / sum(r.seconds for r in runs) for runs in played]
+    return float(np.exp(np.mean(np.log(rates))))
 
 
 def threshold_dense(k: int, batch: int, max_batch: int) -> np.ndarray:
@@ -240,21 +247,16 @@ def best_sweep(scorer: Scorer, k_max: int, max_batch: int):
     bucket's steps, pooled over ``scorer``'s envs and seeds (ties: the smaller K); a bucket
     no run reached takes its neighbour's (:func:`fill_unreached`). Returns ``(K per bucket,
     the unreached buckets)``."""
+    from specrl.compare import summarize
+
     buckets = sweep_buckets(max_batch)
     rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}
     for k in range(k_max + 1):
-        tokens = dict.fromkeys(buckets, 0.0)
-        seconds = dict.fromkeys(buckets, 0.0)
-        for runs in scorer.play(np.full(max_batch + 1, k)):
-            for run in runs:
-                for rows, t, s in zip(run.step_batch, run.step_tokens, run.step_seconds):
-                    if rows > 0:
-                        bucket = next(b for b in buckets if b[0] <= rows <= b[1])
-                        tokens[bucket] += t
-                        seconds[bucket] += s
+        pooled = [run for runs in scorer.play(np.full(max_batch + 1, k)) for run in runs]
+        by_label = summarize(f"K={k}", pooled, k_max).bucket_tokens_per_s
         for b in buckets:
-            if seconds[b] > 0:
-                rates[b][k] = tokens[b] / seconds[b]
+            if batch_bucket(b[0]) in by_label:
+                rates[b][k] = by_label[batch_bucket(b[0])]
     best = {b: (max(r, key=lambda k: (r[k], -k)) if r else None) for b, r in rates.items()}
     return fill_unreached(best), [b for b, k in best.items() if k is None]
 

@@ -111,7 +111,7 @@ def test_a_start_the_format_cannot_hold_is_left_out_and_none_is_an_error():
     assert list(result.starts) == ["K=1"]
 
 
-def test_a_rise_worth_less_than_the_bar_is_smoothed(monkeypatch):
+def test_a_rise_worth_less_than_the_bar_is_smoothed():
     # A scorer whose score rewards K=2 at batch 5-8 by a hair: the rise from 1 is flattened.
     class Fake:
         envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
@@ -120,7 +120,6 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed(monkeypatch):
             return 100.0 + 0.1 * (dense[5] == 2) - 0.5 * (dense[1] != 1)
 
     fmt = StackFormat("vllm", k_max=2, max_batch=8)
-    monkeypatch.setattr("specrl.train.search._name", lambda env: "x")
     start = _dense(1, 1, 1, 1, 2, 2, 2, 2)
     result = best_schedule(fmt, Fake(), {"start": start})
     assert result.rises == []  # worth 0.1%: flattened, in the start as in the result
@@ -136,14 +135,13 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed(monkeypatch):
     assert result.rises == [{"batch": 5, "from": 1, "to": 2, "worth": round(1 / 101, 5)}]
 
 
-def test_trtllm_warns_when_off_beats_every_schedule_it_can_express(monkeypatch):
+def test_trtllm_warns_when_off_beats_every_schedule_it_can_express():
     class OffIsBest:  # every K costs: off scores highest, and TensorRT-LLM cannot say off
         envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
 
         def score(self, dense):
             return 100.0 - float(np.sum(dense))
 
-    monkeypatch.setattr("specrl.train.search._name", lambda env: "x")
     fmt = StackFormat("trtllm", k_max=2, max_batch=8)
     with pytest.warns(SpecrlWarning, match="cannot turn speculation off at batch 1"):
         result = best_schedule(fmt, OffIsBest(), {"K=1": np.full(9, 1)})

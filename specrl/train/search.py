@@ -49,11 +49,13 @@ from specrl.policies.engineer import (
     Scorer,
     best_sweep,
     best_threshold,
+    geometric_rate,
     sweep_dense,
     threshold_dense,
     trtllm_nudges,
     tuning_seeds,
     vllm_entries,
+    workload_name,
 )
 from specrl.policies.schedule import BatchSchedule
 
@@ -332,7 +334,7 @@ def best_schedule(
         score=score,
         start=start,
         starts=scores,
-        workloads=[_name(env) for env in scorer.envs],
+        workloads=[workload_name(env) for env in scorer.envs],
         seeds=scorer.seeds,
         moves=moves,
         rises=rises,
@@ -341,11 +343,6 @@ def best_schedule(
         surrogate_s=scorer.surrogate_s - played[1],
         wall_s=time.perf_counter() - clock,
     )
-
-
-def _name(env) -> str:
-    workload = env.unwrapped.workload
-    return str(getattr(workload, "name", workload))
 
 
 def _neighbour_ks(dense, buckets, i: int, k_max: int) -> list[int]:
@@ -481,7 +478,6 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
     the tuning seeds of ``workloads`` (default: the run's training mix) in the run's
     surrogate, scored as the search scores: how the learned table stands against what a
     benchmark at each concurrency gives, before it is served."""
-    from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
     from specrl.train.config import load_config
     from specrl.train.run import _load_run_profile, surrogate_env
@@ -492,12 +488,11 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
     scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
     bucket_k, _ = best_sweep(scorer, config.k_max, config.max_batch)
     engineer = scorer.score(sweep_dense(bucket_k, config.max_batch))
-    rates = []
-    for env in scorer.envs:
-        policy = LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max)
-        runs = [run_episode(env, policy, seed=s) for s in scorer.seeds]
-        rates.append(sum(r.tokens for r in runs) / sum(r.seconds for r in runs))
-    mine = float(np.exp(np.mean(np.log(rates))))
+    mine = geometric_rate(
+        scorer.play_policy(
+            lambda env: LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max)
+        )
+    )
     return {
         "table_tokens_per_s": mine,
         "engineer_tokens_per_s": engineer,
