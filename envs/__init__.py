@@ -5,8 +5,8 @@
   profile; the fast place to train.
 
 Both are registered on ``import specrl``. Creating a live env loads models; importing does not.
-The names below load their modules (and gymnasium) when first used, so ``specrl.envs.cli``,
-and with it the ``specrl`` command line, runs ``specrl profile`` and ``specrl bench engine``
+The names below load their modules (and gymnasium) when first used, so the ``specrl``
+command line runs ``specrl profile`` and ``specrl bench engine``
 where gymnasium is not installed (a GPU machine that has only torch and transformers).
 """
 

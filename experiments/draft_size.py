@@ -112,7 +112,7 @@ def run(args: Args) -> dict:
     from specrl.profile.measure import measure_profile
     from specrl.report import log_comparison, plot_table
     from specrl.train import train
-    from specrl.train.export import checked_table
+    from specrl.train.to_table import checked_table
 
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)

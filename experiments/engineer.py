@@ -66,8 +66,7 @@ def _ratio(report, policy: str, reference: str) -> dict:
 
 def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> dict:
     """The three searched exports of ``table``, written to ``out``; their search results."""
-    from specrl.train.export import searched_export
-    from specrl.train.search import search_run
+    from specrl.train.search import search_run, searched_export
 
     results = search_run(run_dir, table, list(FORMATS), acceptance=acceptance, workloads=workloads)
     for fmt, result in results.items():
@@ -83,8 +82,8 @@ def run(args: Args) -> Path:
     from specrl.policies import make_policies
     from specrl.policies.engineer import tune_sweep_trtllm
     from specrl.train.config import load_config
-    from specrl.train.export import checked_table
     from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.to_table import checked_table
 
     if not args.run:
         raise SpecrlError("--run RUN_DIR is required: a finished `specrl train` run")

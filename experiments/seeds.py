@@ -151,7 +151,7 @@ def run(args: Args) -> dict:
     from specrl.policies import default_policies
     from specrl.profile import load_profile
     from specrl.report import log_comparison
-    from specrl.train.export import checked_table
+    from specrl.train.to_table import checked_table
 
     if len(set(args.seeds)) != len(args.seeds):
         raise SpecrlError(

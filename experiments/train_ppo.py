@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from args import arg, one_of, parse_dataclass
 
+from specrl.cli.train import format_summary
 from specrl.errors import SpecrlError
 from specrl.options import (
     BATCH,
@@ -31,7 +32,6 @@ from specrl.options import (
     workload_preset,
 )
 from specrl.train import TrainConfig, train
-from specrl.train.cli import format_summary
 
 DEFAULT = TrainConfig()
 

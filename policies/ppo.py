@@ -41,7 +41,7 @@ POLICY_OBS_NAMES = ("log_batch", "acceptance", "stale")
 PROBE = {"after_steps": 256, "k": 1}
 """The probe rule of the policy and of its training; the table it exports to adds a
 ``scope`` (``specrl export --probe-scope``: by default it probes only where the table drafts
-at its operating acceptance, see :data:`specrl.train.export.DEFAULT_PROBE_SCOPE`). A probe
+at its operating acceptance, see :data:`specrl.train.to_table.DEFAULT_PROBE_SCOPE`). A probe
 after K=0 costs more than its one step: the draft catches up on every token it skipped, for
 every row. In the surrogate on steady-128 (2 seeds), K=0 with a probe every 32 steps reached
 0.936x of plain decoding, below K=1 throughout (0.955x); every 256 steps, 0.994x. PPO trained
@@ -170,7 +170,7 @@ class PPOPolicy(KPolicy):
 
     def decide(self, batch, acceptance, stale) -> np.ndarray:
         """The network's deterministic K (before the probe rule) at batch sizes, acceptance
-        estimates and stale flags (arrays of one shape): what :mod:`specrl.train.export`
+        estimates and stale flags (arrays of one shape): what :mod:`specrl.train.to_table`
         tabulates."""
         x = features(batch, acceptance, stale, self.max_batch)
         actions, _ = self.model.predict(x.reshape(-1, x.shape[-1]), deterministic=True)

@@ -1,128 +1,431 @@
-"""``specrl decode``: build or reuse the default pair, speculate on held-out prompts, report.
+"""``specrl demo``: the whole job on this machine, from the pair to a K table compared live.
 
-The engine on its own, without a controller (``specrl demo`` is the whole pipeline). It
-prints, per held-out domain, the acceptance rate, the mean accepted length and tokens/s at the
-chosen K next to K=0, then one decoded continuation.
+1. Reuse (or build) the default pair.
+2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
+   by an earlier demo, else measure one (3 repetitions per cell). Then time a few cells now
+   (``specrl profile --check``; not for a profile measured in this run): a profile whose
+   cells are off by more than their measured noise is reported with the command that
+   re-measures it; ``--measure`` re-measures at once. A new measurement takes acceptance
+   from the shipped profile where the weights are the same, and times only the step costs.
+3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
+   interrupted one resumes from its last checkpoint).
+4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
+5. Compare every policy in the surrogate on held-out seeds of four workloads, then off, the
+   best static K, goodput and the table live, on two held-out traces in ABBA order.
+6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
+   CSV, PNG plots and the wandb (offline) run directories.
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 
-from specrl import options
-from specrl.models.build import PRESETS
+from specrl.errors import SpecrlError
+from specrl.files import write_json
+
+SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
+HELD_OUT_SEED = 20_000
+"""Comparison traces are reset from this seed: neither training (seeds 0..n_envs-1 and the
+streams they draw), its evaluation (10,000) nor the warm start (30,000) used it."""
+
+
+@dataclass
+class DemoOptions:
+    out: str = "runs"
+    """Each demo writes ``OUT/demo-<UTC time>/``; the cache is ``OUT/demo-cache/``."""
+    preset: str = "small"
+    timesteps: int = 50_000
+    surrogate_episodes: int = 2
+    live_requests: int = 64
+    """Requests in the live held-out trace (the mixed preset)."""
+    live_episodes: int = 2
+    """Live held-out traces (seeds from :data:`HELD_OUT_SEED`), the policies in ABBA order
+    (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed (the table)
+    would meet the machine every round after the others."""
+    max_batch: int = 128
+    """Largest batch: of the profile's grid (when measured), training, the comparisons and
+    the live trace's peak concurrency."""
+    n_requests: int | None = None
+    """Requests per surrogate trace (training and comparisons); None: each preset's own."""
+    measure: bool = False
+    """Measure a profile even if a matching one exists."""
+    wandb: str = "offline"
+    threads: int | None = None
+    """torch threads; None: the profile's (step times hold at the count they were measured
+    with)."""
+    device: str = "cpu"
+    progress: bool = True
 
 
 @dataclass
 class DemoResult:
-    domain: str
-    k: int
-    drafted: int
-    accepted: int
-    committed: int
-    row_steps: int
-    seconds: float
-    k0_tokens_per_s: float
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else float("nan")
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.committed / self.row_steps if self.row_steps else float("nan")
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.committed / self.seconds if self.seconds else 0.0
+    run_dir: Path
+    profile_path: Path
+    profile_fresh: bool | None
+    """None: the profile was measured in this run, and not checked."""
+    train_dir: Path
+    artifacts: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "decode",
-        help="build/reuse the default pair and run a short speculative generation",
-        description="Build (or reuse) the default model pair, decode held-out prompts with "
-        "speculative decoding and print the acceptance rate per domain.",
-    )
-    parser.add_argument("--preset", default="small", choices=list(PRESETS))
-    parser.add_argument(
-        "--k",
-        type=options.int_in(0, options.K_MAX_LIMIT),
-        default=3,
-        help="draft tokens per step (default 3)",
-    )
-    parser.add_argument(
-        "--batch", type=options.BATCH, default=4, help="concurrent requests (default 4)"
-    )
-    parser.add_argument("--prompt-len", type=options.positive_int, default=64)
-    parser.add_argument("--new-tokens", type=options.positive_int, default=64)
-    parser.add_argument("--temperature", type=options.nonnegative_float, default=0.0)
-    parser.add_argument(
-        "--device", type=options.device, default=None, help="default: cuda if available, else cpu"
-    )
-    parser.set_defaults(func=run)
+def _say(text: str) -> None:
+    print(text, flush=True)
 
 
-def _serve(pair, prompts, k, args) -> tuple[DemoResult, list[list[int]]]:
-    from specrl.engine import SpecEngine
-
-    engine = SpecEngine(
-        pair.target,
-        pair.draft,
-        max_batch=args.batch,
-        max_len=args.prompt_len + args.new_tokens + 1,
-        k_max=max(k, 1),
-        vocab_padding=pair.vocab_padding,
-    )
-    ids = [
-        engine.add(p, max_new_tokens=args.new_tokens, temperature=args.temperature, seed=i)
-        for i, p in enumerate(prompts)
-    ]
-    result = DemoResult("", k, 0, 0, 0, 0, 0.0, 0.0)
-    outputs = {}
-    while engine.has_work:
-        stats = engine.step(k)
-        result.drafted += stats.drafted
-        result.accepted += stats.accepted
-        result.committed += stats.committed
-        result.row_steps += stats.batch_size
-        result.seconds += stats.total_time
-        outputs.update({f.request_id: f.token_ids for f in engine.pop_finished()})
-    return result, [outputs[i] for i in ids]
+def _step(n: int, text: str) -> None:
+    _say(f"\n[{n}/6] {text}")
 
 
-def run(args: argparse.Namespace) -> int:
+def cached_profile_path(fingerprint: dict, cache: Path) -> Path:
+    """Where a demo keeps the profile it measured for the device and pair of ``fingerprint``
+    (:func:`~specrl.profile.fingerprint.pair_fingerprint`) in its cache folder."""
+    hard = {k: fingerprint.get(k) for k in ("device", "target_sha256", "draft_sha256")}
+    return cache / f"profile-{hashlib.sha256(json.dumps(hard).encode()).hexdigest()[:12]}.json"
+
+
+def _choose_profile(pair, options: DemoOptions, cache: Path):
+    """(profile, path, how): the shipped profile if its fingerprint matches, else a cached
+    one that does, else a new measurement."""
+    from specrl.envs import default_profile_path
+    from specrl.profile import load_profile
+    from specrl.profile.fingerprint import check_compatible, pair_fingerprint, profile_threads
+
+    fp = pair_fingerprint(pair, k_max=4, device=options.device)
+    cached = cached_profile_path(fp, cache)
+    candidates = [] if options.measure else [default_profile_path(), cached]
+    for path in candidates:
+        if not Path(path).is_file():
+            continue
+        try:
+            profile = load_profile(path)  # an unreadable cached one is measured again
+            # The demo runs at the profile's thread count unless --threads says otherwise
+            # (`use_profile_threads` below), so compare at that count, not torch's default.
+            here = {**fp, "threads": profile_threads(profile, options.threads)}
+            check_compatible(profile, here, source=str(path))
+        except SpecrlError as err:
+            _say(f"  {path}: {err}")
+            continue
+        return profile, Path(path), "reused"
     import torch
 
-    from specrl.models import load_default_pair
-    from specrl.workload.prompts import token_streams
+    from specrl.profile.measure import measure_profile
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    pair = load_default_pair(args.preset, device=device)
-    streams = token_streams(pair.tokenizer)
-    print(
-        f"pair: {pair.target_path} (target), {pair.draft_path} (draft); K={args.k}, "
-        f"batch {args.batch}, {args.new_tokens} new tokens, temperature {args.temperature}"
+    torch.set_num_threads(options.threads or 1)
+    source = _acceptance_source(fp)
+    _say(
+        "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
+        "one torch thread; `specrl profile --out P.json` takes 5)"
+        + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
-    print(
-        f"{'domain':<8} {'acceptance':>10} {'mean acc. len':>13} {'tok/s K=' + str(args.k):>11} "
-        f"{'tok/s K=0':>10} {'speedup':>8}"
+    profile = measure_profile(
+        pair,
+        k_max=4,
+        batch_sizes=[b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= options.max_batch],
+        contexts=[16, 128, 256],
+        reps=3,
+        device=options.device,
+        preset=options.preset,
+        acceptance_from=source,
+        acceptance_source=str(default_profile_path()),
     )
-    sample = None
-    for domain, stream in streams.items():
-        stride = max(args.prompt_len, len(stream) // (args.batch + 1))
-        prompts = [stream[i * stride : i * stride + args.prompt_len] for i in range(args.batch)]
-        spec, outputs = _serve(pair, prompts, args.k, args)
-        plain, _ = _serve(pair, prompts, 0, args)
-        print(
-            f"{domain:<8} {spec.acceptance_rate:>10.3f} {spec.mean_accepted_length:>13.2f} "
-            f"{spec.tokens_per_s:>11.1f} {plain.tokens_per_s:>10.1f} "
-            f"{spec.tokens_per_s / plain.tokens_per_s:>7.2f}x"
+    cache.mkdir(parents=True, exist_ok=True)
+    profile.save(cached)
+    return profile, cached, "measured"
+
+
+def _check_profile(
+    profile, path: Path, pair, options: DemoOptions, *, measured_now: bool
+) -> bool | None:
+    """Whether ``profile`` holds here now (:func:`~specrl.profile.freshness.check_freshness`),
+    said as it is found; None for a profile measured in this run, which is not checked: the
+    check asks whether the machine changed since the profile was measured."""
+    from specrl.profile.freshness import check_freshness, remeasure_command
+
+    if measured_now:
+        _say("  measured in this run: not checked (the check asks what changed since)")
+        return None
+    report = check_freshness(profile, pair, device=options.device)
+    _say(f"  timed now in {report.seconds:.1f} s:\n" + _indent(report.format()))
+    if report.fresh:
+        _say("  fresh: every cell within its tolerance")
+    else:
+        _say(
+            "  WARNING: "
+            + report.message(str(path), remeasure_command(pair))
+            + " (or run `specrl demo --measure`). The surrogate figures below are this "
+            "profile's; the live ones are this machine's now."
         )
-        if sample is None:
-            sample = (prompts[0], outputs[0])
-    prompt, output = sample
-    print("\nheld-out code prompt (tail) and its speculative continuation:")
-    print(pair.tokenizer.decode(prompt[-40:]) + "\u2192" + pair.tokenizer.decode(output))
-    return 0
+    return report.fresh
+
+
+def _acceptance_source(fingerprint: dict):
+    """The shipped profile where its acceptance stands for this pair's (the same weights,
+    measured as the demo would: :func:`~specrl.profile.measure.check_acceptance_source`),
+    else None: a new machine then measures only step times, what differs between machines."""
+    from specrl.envs import default_profile_path
+    from specrl.profile import load_profile
+    from specrl.profile.measure import ACCEPTANCE_ROWS, check_acceptance_source
+
+    try:
+        shipped = load_profile(default_profile_path())
+        check_acceptance_source(
+            shipped,
+            fingerprint,
+            k_max=4,
+            prompts=None,
+            acceptance_rows=ACCEPTANCE_ROWS,
+            acceptance_tokens=None,
+        )
+    except SpecrlError:
+        return None
+    return shipped
+
+
+def _train(profile_path: Path, options: DemoOptions, cache: Path):
+    from specrl.train import TrainConfig, train
+    from specrl.train.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
+    from specrl.train.run import latest_checkpoint
+
+    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
+    run_dir = cache / f"ppo-{digest}-{options.timesteps}-b{options.max_batch}"
+    config = TrainConfig(
+        out=str(run_dir),
+        total_timesteps=options.timesteps,
+        profile=str(profile_path.resolve()),
+        max_batch=options.max_batch,
+        n_requests=options.n_requests,
+        wandb=options.wandb,
+        # Five checkpoints over the budget: a demo stopped in training goes on from the last.
+        checkpoint_every=max(1, options.timesteps // 5),
+    )
+    resume = False
+    if run_dir.exists():
+        import shutil
+
+        try:
+            changed = [
+                c for c in load_config(run_dir).changes_from(config) if c not in RESUMABLE_CHANGES
+            ]
+            if not changed and (run_dir / SUMMARY_FILE).is_file():
+                _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
+                return run_dir, "reused"
+            latest_checkpoint(run_dir)
+            resume = not changed
+        except SpecrlError as err:
+            changed = []  # an unusable partial run of the demo's own cache
+            _say(f"  {err}")
+        if not resume:
+            if changed:  # trained by another version's defaults: not this demo's run
+                _say(f"  {run_dir} was trained with other settings ({', '.join(changed)})")
+            _say(f"  starting {run_dir} again")
+            shutil.rmtree(run_dir)
+    if resume:
+        _say(f"  resuming {run_dir} from its last checkpoint")
+    train(config, resume=resume, progress=options.progress)
+    return run_dir, "resumed" if resume else "trained"
+
+
+def run_demo(options: DemoOptions) -> DemoResult:
+    """The pipeline of the module docstring; returns where everything went."""
+    from specrl.compare import best_static, compare_policies, compare_surrogate
+    from specrl.envs import LiveSpecEnv
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
+    from specrl.models import load_default_pair
+    from specrl.models.build import build_pair
+    from specrl.policies import default_policies, make_policy
+    from specrl.profile import use_profile_threads
+    from specrl.report import (
+        log_comparison,
+        plot_buckets,
+        plot_k_over_time,
+        plot_table,
+        plot_training,
+    )
+    from specrl.table import load_table
+    from specrl.train.to_table import checked_table
+
+    root = Path(options.out)
+    cache = root / "demo-cache"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / f"demo-{stamp}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(2, 100):  # two demos started in the same second
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                run_dir = root / f"demo-{stamp}-{n}"
+    except OSError as err:
+        raise SpecrlError(f"--out {root}: cannot write there ({err}); give another") from None
+    seconds: dict[str, float] = {}
+    artifacts: dict[str, str] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(now - clock, 1)
+        clock = now
+
+    _step(1, "the default pair")
+    paths = build_pair(options.preset, progress=options.progress)
+    pair = load_default_pair(options.preset, device=options.device)
+    _say(f"  target {paths.target_path}\n  draft  {paths.draft_path}")
+    lap("pair")
+
+    _step(2, "the hardware profile")
+    profile, profile_path, how = _choose_profile(pair, options, cache)
+    _say(f"  {how} {profile_path} (measured {profile.meta.get('created', '?')})")
+    # Step times hold at the thread count they were measured with (the profile's).
+    _say(f"  torch threads: {use_profile_threads(profile, options.threads)}")
+    fresh = _check_profile(profile, profile_path, pair, options, measured_now=how == "measured")
+    lap("profile")
+
+    _step(3, f"PPO, {options.timesteps:,} steps on the surrogate")
+    train_dir, trained = _train(profile_path, options, cache)
+    artifacts["training run"] = str(train_dir)
+    lap("train")
+
+    _step(4, "export the K table, and each serving stack's best schedule")
+    table, fidelity = checked_table(train_dir, progress=options.progress)
+    if not fidelity.passed:
+        _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
+    _say(_indent(fidelity.format()))
+    acceptance = table.provenance["operating_acceptance"]
+    native = run_dir / "table.json"
+    table.save(native)
+    table = load_table(native)  # what a server would read, validated
+    artifacts["K table (native)"] = str(native)
+    from specrl.train.search import STACK_FORMATS, search_run, searched_export
+
+    failed: dict[str, SpecrlError] = {}
+    searched = search_run(
+        train_dir,
+        table,
+        list(STACK_FORMATS),
+        acceptance=acceptance,
+        progress=options.progress,
+        errors=failed,
+    )
+    schedules = []
+    for fmt in STACK_FORMATS:
+        if fmt in failed:
+            _say(f"  {fmt}: not written: {failed[fmt]}")
+            continue
+        path = run_dir / f"table-{fmt}.json"
+        obj = searched_export(table, searched[fmt], acceptance)
+        write_json(path, obj)
+        schedules.append(f"schedule:{path}")
+        artifacts[f"K schedule ({fmt}, searched)"] = str(path)
+        _say(_indent(searched[fmt].describe()))
+        _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
+    lap("export")
+
+    _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
+    lookup = f"lookup:{native}"
+    reports = compare_surrogate(
+        profile,
+        SURROGATE_WORKLOADS,
+        [*default_policies(4), lookup, *schedules],
+        episodes=options.surrogate_episodes,
+        seed=HELD_OUT_SEED,
+        max_batch=options.max_batch,
+        n_requests=options.n_requests,
+        progress=options.progress,
+    )
+    mixed = reports[-1]
+    best = best_static(mixed.results)
+    best_spec = "off" if best.policy == "off" else f"fixed:{best.policy.removeprefix('K=')}"
+    live_env = LiveSpecEnv(
+        pair=pair,
+        device=options.device,
+        workload="mixed",
+        workload_kwargs={"n_requests": options.live_requests, "peak": options.max_batch},
+        max_batch=options.max_batch,
+        profile=profile,
+        check_profile=False,  # checked above, once
+    )
+    engineer = mixed.engineer.policy if mixed.engineer else best_spec
+    specs = list(dict.fromkeys(["off", best_spec, engineer, "goodput", lookup]))
+    if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
+        _say(note)
+    live_policies = [make_policy(s, env=live_env, profile=profile) for s in specs]
+    live = compare_policies(
+        live_env,
+        live_policies,
+        seed=HELD_OUT_SEED,
+        episodes=options.live_episodes,
+        env_name="live",
+        workload="mixed",
+        progress=options.progress,
+        warmup_steps=LIVE_WARMUP_STEPS,
+    )
+    reports.append(live)
+    lap("compare")
+
+    _step(6, "report")
+    for r in reports:
+        name = f"{r.env}-{r.workload}"
+        write_json(run_dir / f"compare-{name}.json", r.to_json())
+        r.write_csv(run_dir / f"compare-{name}.csv")
+    artifacts["comparisons (JSON, CSV)"] = str(run_dir / "compare-*.{json,csv}")
+    plots = {
+        "buckets-live": plot_buckets(live, run_dir / "buckets-live.png"),
+        "buckets-surrogate-mixed": plot_buckets(mixed, run_dir / "buckets-surrogate-mixed.png"),
+        "table": plot_table(table, run_dir / "table.png"),
+        "training": plot_training(train_dir, run_dir / "training.png"),
+    }
+    ramp = reports[0].result(live_policies[-1].name) or reports[0].results[-1]
+    plots["k-over-time-ramp"] = plot_k_over_time(
+        ramp.episodes[0], run_dir / "k-over-time-ramp.png", title="the K table on ramp (surrogate)"
+    )
+    artifacts["plots (PNG)"] = ", ".join(str(p) for p in plots.values())
+    groups = log_comparison(
+        reports,
+        group=run_dir.name,
+        out_dir=run_dir,
+        mode=options.wandb,
+        plots=plots,
+        config={"profile": str(profile_path), "training_run": str(train_dir)},
+    )
+    if options.wandb != "disabled":
+        artifacts["wandb runs"] = str(run_dir / "wandb")
+    lap("report")
+    result = DemoResult(run_dir, profile_path, fresh, train_dir, artifacts, seconds)
+    summary = {
+        "options": asdict(options),
+        "profile": str(profile_path),
+        "profile_how": how,
+        "profile_fresh": fresh,
+        "training": trained,
+        "fidelity": fidelity.to_json(),
+        "seconds": seconds,
+        "artifacts": artifacts,
+        "wandb_groups": [g.group for g in groups],
+    }
+    write_json(run_dir / "demo.json", summary, default=str)
+    _say(f"\nsurrogate, workload mixed, {options.surrogate_episodes} held-out episodes:")
+    _say(mixed.format())
+    traces = (
+        "one held-out mixed trace"
+        if options.live_episodes == 1
+        else f"{options.live_episodes} held-out mixed traces"
+    )
+    _say(f"\nlive on this machine, {traces} of {options.live_requests} requests:")
+    _say(live.format())
+    _say(f"\nwrote {run_dir}/:")
+    for what, where in artifacts.items():
+        _say(f"  {what}: {where}")
+    total = sum(seconds.values())
+    _say("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()) + f"; {total:.0f} s")
+    return result
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())

@@ -251,13 +251,13 @@ def test_policies_sharing_a_display_name_are_named_by_their_specs(tmp_path, caps
 
 
 def test_live_compare_refuses_the_oracle_before_building_the_env(capsys, monkeypatch):
-    import specrl.compare
+    import specrl.cli.compare
     from specrl.cli import main
 
     def no_env(args):
         raise AssertionError("the live env was built (and its profile timed)")
 
-    monkeypatch.setattr(specrl.compare, "make_env", no_env)
+    monkeypatch.setattr(specrl.cli.compare, "make_env", no_env)
     assert main(["compare", "--env", "live", "--policies", "off,oracle"]) == 2
     err = capsys.readouterr().err
     assert "cannot run in the live env: drop it from --policies, or compare with --env" in err

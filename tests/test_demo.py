@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specrl.pipeline import SURROGATE_WORKLOADS, DemoOptions, cached_profile_path, run_demo
+from specrl.demo import SURROGATE_WORKLOADS, DemoOptions, cached_profile_path, run_demo
 from specrl.table import load_table
 
 PLOTS = ("buckets-live", "buckets-surrogate-mixed", "table", "training", "k-over-time-ramp")

@@ -3,7 +3,7 @@ marked slow)."""
 
 from __future__ import annotations
 
-from specrl.pipeline import DemoOptions
+from specrl.demo import DemoOptions
 
 
 def test_the_demo_matches_a_profile_at_the_thread_count_it_will_run_at(
@@ -16,7 +16,7 @@ def test_the_demo_matches_a_profile_at_the_thread_count_it_will_run_at(
     import torch
 
     import specrl.envs
-    from specrl.pipeline import _choose_profile
+    from specrl.demo import _choose_profile
     from specrl.profile.fingerprint import pair_fingerprint
     from specrl.profile.synthetic import linear_profile
 

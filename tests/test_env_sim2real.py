@@ -83,7 +83,7 @@ def test_acceptance_gap_and_observed():
 
 
 def test_acceptance_line_counts_drafting_runs_and_names_the_misses():
-    from specrl.envs.cli import acceptance_line
+    from specrl.cli.validate_surrogate import acceptance_line
     from specrl.envs.sim2real import Comparison
 
     rows = [
@@ -251,7 +251,7 @@ def test_validate_surrogate_trace_seeds_draw_presets_and_refuse_a_trace_file(tmp
     import argparse
 
     from specrl.cli import main
-    from specrl.envs.cli import SIM2REAL_TRACES, _traces
+    from specrl.cli.validate_surrogate import SIM2REAL_TRACES, _traces
 
     args = argparse.Namespace(trace=None, trace_seeds=3, seed=5)
     draws = _traces(args)

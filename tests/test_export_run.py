@@ -21,7 +21,7 @@ from specrl.policies.ppo import PROBE, PPOPolicy
 from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json
 from specrl.train import train
-from specrl.train.export import (
+from specrl.train.to_table import (
     ACCEPTANCE_EDGES,
     UNVISITED_WEIGHT,
     check_fidelity,
@@ -105,7 +105,7 @@ def test_export_refuses_a_run_trained_with_another_k_max(run_dir, monkeypatch):
     def played(*args, **kwargs):
         raise AssertionError("episodes played before the run was refused")
 
-    monkeypatch.setattr("specrl.train.export.play_policy", played)
+    monkeypatch.setattr("specrl.train.to_table.play_policy", played)
     with pytest.raises(SpecrlError, match="trained with k_max=4, not 3"):
         checked_table(run_dir, k_max=3, progress=False)
     with pytest.raises(SpecrlError, match=r"--acceptance must be a number in \[0, 1\], got 1\.5"):
@@ -295,7 +295,7 @@ def test_export_refuses_a_table_that_does_not_reproduce_the_policy(
     run_dir, tmp_path, monkeypatch, capsys
 ):
     """The fidelity gate, without --force: every K of the table is one off the policy's."""
-    import specrl.train.export as export
+    import specrl.train.to_table as export
 
     original = export.table_from_run
 

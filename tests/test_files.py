@@ -129,7 +129,7 @@ def test_wandb_online_without_credentials_says_how_to_log_in(monkeypatch):
 
 
 def test_train_and_demo_refuse_an_out_they_cannot_write(tmp_path):
-    from specrl.pipeline import DemoOptions, run_demo
+    from specrl.demo import DemoOptions, run_demo
     from specrl.train import TrainConfig, train
 
     blocker = tmp_path / "file"

@@ -27,7 +27,6 @@ from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.policies.ppo import PROBE, apply_probe, policy_observation
 from specrl.profile.synthetic import linear_profile
 from specrl.train import TrainConfig, latest_checkpoint, load_config, train
-from specrl.train.export import check_fidelity, table_from_run
 from specrl.train.run import (
     RateReference,
     TrainingEnv,
@@ -35,6 +34,7 @@ from specrl.train.run import (
     new_reference,
     profile_reference,
 )
+from specrl.train.to_table import check_fidelity, table_from_run
 from specrl.workload import preset_trace, profile_workload_kwargs, temperature_band
 
 REPO = Path(__file__).resolve().parents[1]
@@ -450,7 +450,7 @@ def test_a_run_stopped_between_final_checkpoint_and_summary_says_how_to_finish(
 
 def test_a_raised_total_is_what_a_plain_resume_goes_on_to(tmp_path, finished_run):
     from specrl.cli import build_parser
-    from specrl.train.cli import config_from_args
+    from specrl.cli.train import config_from_args
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
@@ -659,7 +659,7 @@ def test_resume_refuses_a_changed_config(tmp_path, profile_path, finished_run):
 
 def test_cli_checks_out_and_resume(tmp_path):
     from specrl.cli import build_parser
-    from specrl.train.cli import config_from_args
+    from specrl.cli.train import config_from_args
 
     def args(**kw):
         argv = ["train"]
@@ -1057,7 +1057,7 @@ def test_validate_surrogate_refuses_a_profile_of_your_prompts(tmp_path, capsys):
 def test_the_demo_reuses_its_cached_run_only_if_trained_with_the_same_settings(
     tmp_path, profile_path
 ):
-    from specrl.pipeline import DemoOptions, _train
+    from specrl.demo import DemoOptions, _train
 
     options = DemoOptions(
         timesteps=256, max_batch=8, n_requests=8, wandb="disabled", progress=False

@@ -40,6 +40,7 @@ from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.export import (
     SGLANG_CUDA_GRAPH_BS,
     check_cuda_graph_bs,
+    export_file,
     table_from_policy,
     to_sglang,
     to_trtllm,
@@ -58,6 +59,7 @@ from specrl.policies.engineer import (
     workload_name,
 )
 from specrl.policies.schedule import BatchSchedule
+from specrl.table import KTable
 
 SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 """Upper ends of the buckets the local search sets K in (then doubling past 128): the
@@ -410,7 +412,7 @@ def collapsed(table, acceptance: float) -> np.ndarray:
 def visit_weighted(table, visits: np.ndarray, acceptance: float) -> np.ndarray:
     """Per batch size, the K the table plays most often there, weighting each acceptance
     bin by how often the policy visited it (``visits``: ``[batch, bin]`` counts, as
-    :func:`specrl.train.export.visited_cells` returns); a batch size never visited takes the
+    :func:`specrl.train.to_table.visited_cells` returns); a batch size never visited takes the
     K at ``acceptance``."""
     dense = collapsed(table, acceptance)
     for b, (lo, hi) in enumerate(table.batch_buckets):
@@ -440,8 +442,8 @@ def search_run(
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised."""
     from specrl.train.config import load_config
-    from specrl.train.export import ACCEPTANCE_EDGES, visited_cells
     from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
 
     config = load_config(run_dir)
     profile, _ = _load_run_profile(config)
@@ -501,3 +503,16 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
         "workloads": names,
         "seeds": scorer.seeds,
     }
+
+
+def searched_export(table: KTable, result, acceptance: float, cuda_graph_bs=None) -> dict:
+    """The file ``specrl export --format FMT`` writes for a searched schedule (``result``, a
+    :class:`SearchResult`): the stack's config, and under ``specrl`` the
+    run's provenance and, as ``chosen_by``, how the search chose it."""
+    graphs = {} if cuda_graph_bs is None else {"cuda_graph_bs": cuda_graph_bs}
+    fmt = StackFormat(result.fmt, k_max=table.k_max, max_batch=table.max_batch, **graphs)
+    obj = export_file(
+        fmt.table(result.dense, table.provenance), fmt=result.fmt, acceptance=acceptance, **graphs
+    )
+    obj["specrl"]["chosen_by"] = result.to_json()
+    return obj

@@ -95,9 +95,9 @@ def _controller(args: argparse.Namespace) -> int:
 
 
 def _surrogate(args: argparse.Namespace) -> int:
-    from specrl.envs.cli import benchmark
+    from specrl.bench.surrogate import run
 
-    return benchmark(args)
+    return run(steps=args.steps, max_batch=args.max_batch, profile=args.profile)
 
 
 def _engine(args: argparse.Namespace) -> int:

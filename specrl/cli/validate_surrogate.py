@@ -1,9 +1,8 @@
-"""``specrl validate-surrogate`` (sim-to-real); `benchmark` backs ``specrl bench surrogate``."""
+"""``specrl validate-surrogate``: surrogate vs live tokens/s for baseline policies (sim-to-real)."""
 
 from __future__ import annotations
 
 import argparse
-import time
 
 from specrl import options
 
@@ -297,30 +296,3 @@ def _in_band(rows, ratio: str, what: str) -> str:
             f"{r.trace}/{r.policy} {getattr(r, ratio):.2f}" for r in out
         )
     return line
-
-
-def benchmark(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-
-    import specrl  # noqa: F401  (registers the ids)
-
-    kwargs = {"max_batch": args.max_batch}
-    if args.profile:
-        kwargs["profile"] = args.profile
-    env = gym.make("specrl/SurrogateSpec-v0", disable_env_checker=True, **kwargs)
-    k_cycle = list(range(env.action_space.n)) * 7
-    env.reset(seed=0)
-    steps, episodes = 0, 0
-    started = time.perf_counter()
-    while steps < args.steps:
-        _, _, terminated, truncated, _ = env.step(k_cycle[steps % len(k_cycle)])
-        steps += 1
-        if terminated or truncated:
-            episodes += 1
-            env.reset()
-    elapsed = time.perf_counter() - started
-    print(
-        f"{steps / elapsed:,.0f} env steps/s ({steps} steps, {episodes} episodes incl. "
-        f"resets, {elapsed:.1f} s, K cycling 0..{env.action_space.n - 1}, one process)"
-    )
-    return 0

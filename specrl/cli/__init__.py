@@ -1,4 +1,4 @@
-"""The ``specrl`` command line: one subcommand per job, each defined in the module that does it.
+"""The ``specrl`` command line: one module per subcommand in this package.
 
 Every module listed in ``COMMAND_MODULES`` exposes ``add_parser(subparsers)``, which adds its
 subcommand and sets ``func`` to a callable taking the parsed arguments. Modules are imported
@@ -16,16 +16,16 @@ import warnings
 from specrl.errors import SpecrlError, SpecrlWarning
 
 COMMAND_MODULES = [
-    "specrl.models.cli",
-    "specrl.pipeline",
-    "specrl.demo",
-    "specrl.bench.cli",
-    "specrl.workload.cli",
-    "specrl.profile.cli",
-    "specrl.envs.cli",
-    "specrl.compare",
-    "specrl.train.cli",
-    "specrl.train.export",
+    "specrl.cli.models",
+    "specrl.cli.demo",
+    "specrl.cli.decode",
+    "specrl.cli.bench",
+    "specrl.cli.workload",
+    "specrl.cli.profile",
+    "specrl.cli.validate_surrogate",
+    "specrl.cli.compare",
+    "specrl.cli.train",
+    "specrl.cli.export",
 ]
 
 

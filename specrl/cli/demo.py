@@ -1,0 +1,82 @@
+"""``specrl demo``: the whole job on this machine (:mod:`specrl.demo`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specrl import demo
+from specrl.errors import SpecrlError
+from specrl.options import N_REQUESTS, THREADS, WANDB_MODES, device, model_preset, positive_int
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "demo",
+        help="the whole job: pair, profile, PPO, K table, comparison in the surrogate and live",
+        description=demo.__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = demo.DemoOptions()
+    parser.add_argument("--out", default=defaults.out, help="runs directory (default: runs)")
+    parser.add_argument(
+        "--preset", type=model_preset, default=defaults.preset, help="default pair (small)"
+    )
+    parser.add_argument(
+        "--timesteps",
+        type=positive_int,
+        default=defaults.timesteps,
+        help="PPO env steps (50,000)",
+    )
+    parser.add_argument(
+        "--surrogate-episodes",
+        type=positive_int,
+        default=defaults.surrogate_episodes,
+        help="held-out episodes per workload and policy in the surrogate (2)",
+    )
+    parser.add_argument(
+        "--live-requests",
+        type=N_REQUESTS,
+        default=defaults.live_requests,
+        help="requests in the live held-out trace (64)",
+    )
+    parser.add_argument(
+        "--live-episodes",
+        type=positive_int,
+        default=defaults.live_episodes,
+        help="live held-out traces, the policies taking turns in ABBA order (2)",
+    )
+    parser.add_argument("--measure", action="store_true", help="measure a new profile")
+    parser.add_argument("--wandb", choices=WANDB_MODES, default=defaults.wandb)
+    parser.add_argument(
+        "--threads",
+        type=THREADS,
+        default=None,
+        help="torch threads (default: the profile's)",
+    )
+    parser.add_argument("--device", type=device, default="cpu")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    counts = (args.timesteps, args.live_requests, args.live_episodes, args.surrogate_episodes)
+    if min(counts) < 1:
+        raise SpecrlError(
+            "--timesteps, --live-requests, --live-episodes and --surrogate-episodes must be >= 1"
+        )
+    demo.run_demo(
+        demo.DemoOptions(
+            out=args.out,
+            preset=args.preset,
+            timesteps=args.timesteps,
+            surrogate_episodes=args.surrogate_episodes,
+            live_requests=args.live_requests,
+            live_episodes=args.live_episodes,
+            measure=args.measure,
+            wandb=args.wandb,
+            threads=args.threads,
+            device=args.device,
+            progress=not args.no_progress,
+        )
+    )
+    return 0
