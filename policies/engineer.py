@@ -10,8 +10,8 @@ benchmarking each concurrency, tuned in the surrogate on seeds apart from any ev
   below that was reached (above, for the smallest buckets).
 
 Both score candidates by aggregate tokens/s (sum of tokens over sum of seconds) over
-:data:`TUNE_EPISODES` episodes from :data:`TUNE_SEED` of the env's own workload and profile
-(:class:`Scorer`; over several workloads, the geometric mean of theirs, as the export's
+:data:`TUNE_EPISODES` episodes from :data:`specrl.seeds.TUNE_SEED` of the env's own workload
+and profile (:class:`Scorer`; over several workloads, the geometric mean of theirs, as the export's
 schedule search scores). A :class:`Tuning` records the seeds, the episodes played and their
 cost.
 """
@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.features import batch_bucket, bucket_bounds
 from specrl.policies.fixed import BatchThreshold
 from specrl.policies.schedule import BatchSchedule
+from specrl.results import summarize
+from specrl.seeds import TUNE_SEED
 
-TUNE_SEED = 50_000
-"""First seed of the tuning episodes: apart from training (0..), its evaluation (10,000),
-the held-out comparisons (20,000), the warm start (30,000) and the export's visits
-(40,000)."""
 TUNE_EPISODES = 2
 """Tuning episodes per candidate and workload."""
 THRESHOLD_BATCHES = (2, 4, 8, 12, 16, 24, 32, 64)
@@ -87,7 +86,6 @@ def tuning_seeds(episodes: int = TUNE_EPISODES, seed: int = TUNE_SEED) -> list[i
 def tuning_env(env, profile=None):
     """A surrogate env on ``env``'s profile, workload and sizes: ``env`` itself when it is
     the surrogate; for the live env, one on its profile (or ``profile``)."""
-    from specrl.envs import SurrogateSpecEnv
 
     base = getattr(env, "unwrapped", env)
     if isinstance(base, SurrogateSpecEnv):
@@ -247,7 +245,6 @@ def best_sweep(scorer: Scorer, k_max: int, max_batch: int):
     bucket's steps, pooled over ``scorer``'s envs and seeds (ties: the smaller K); a bucket
     no run reached takes its neighbour's (:func:`fill_unreached`). Returns ``(K per bucket,
     the unreached buckets)``."""
-    from specrl.compare import summarize
 
     buckets = sweep_buckets(max_batch)
     rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}

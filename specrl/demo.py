@@ -25,13 +25,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from specrl.compare import compare_policies, compare_surrogate
 from specrl.errors import SpecrlError
 from specrl.files import write_json
+from specrl.results import best_static
+from specrl.seeds import HELD_OUT_SEED
+from specrl.table import load_table
+from specrl.train.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
+from specrl.train.to_table import checked_table
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
-HELD_OUT_SEED = 20_000
-"""Comparison traces are reset from this seed: neither training (seeds 0..n_envs-1 and the
-streams they draw), its evaluation (10,000) nor the warm start (30,000) used it."""
 
 
 @dataclass
@@ -44,9 +47,9 @@ class DemoOptions:
     live_requests: int = 64
     """Requests in the live held-out trace (the mixed preset)."""
     live_episodes: int = 2
-    """Live held-out traces (seeds from :data:`HELD_OUT_SEED`), the policies in ABBA order
-    (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed (the table)
-    would meet the machine every round after the others."""
+    """Live held-out traces (seeds from :data:`specrl.seeds.HELD_OUT_SEED`), the policies in
+    ABBA order (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed
+    (the table) would meet the machine every round after the others."""
     max_batch: int = 128
     """Largest batch: of the profile's grid (when measured), training, the comparisons and
     the live trace's peak concurrency."""
@@ -169,7 +172,8 @@ def _acceptance_source(fingerprint: dict):
     else None: a new machine then measures only step times, what differs between machines."""
     from specrl.envs import default_profile_path
     from specrl.profile import load_profile
-    from specrl.profile.measure import ACCEPTANCE_ROWS, check_acceptance_source
+    from specrl.profile.acceptance import ACCEPTANCE_ROWS
+    from specrl.profile.measure import check_acceptance_source
 
     try:
         shipped = load_profile(default_profile_path())
@@ -188,7 +192,6 @@ def _acceptance_source(fingerprint: dict):
 
 def _train(profile_path: Path, options: DemoOptions, cache: Path):
     from specrl.train import TrainConfig, train
-    from specrl.train.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
     from specrl.train.run import latest_checkpoint
 
     digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
@@ -232,52 +235,20 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
 
 def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
-    from specrl.compare import best_static, compare_policies, compare_surrogate
-    from specrl.envs import LiveSpecEnv
-    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
-    from specrl.policies import default_policies, make_policy
     from specrl.profile import use_profile_threads
-    from specrl.report import (
-        log_comparison,
-        plot_buckets,
-        plot_k_over_time,
-        plot_table,
-        plot_training,
-    )
-    from specrl.table import load_table
-    from specrl.train.to_table import checked_table
 
-    root = Path(options.out)
-    cache = root / "demo-cache"
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_dir = root / f"demo-{stamp}"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        for n in range(2, 100):  # two demos started in the same second
-            try:
-                run_dir.mkdir()
-                break
-            except FileExistsError:
-                run_dir = root / f"demo-{stamp}-{n}"
-    except OSError as err:
-        raise SpecrlError(f"--out {root}: cannot write there ({err}); give another") from None
-    seconds: dict[str, float] = {}
+    run_dir = _new_run_dir(Path(options.out))
+    cache = Path(options.out) / "demo-cache"
+    laps = _Laps()
     artifacts: dict[str, str] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = round(now - clock, 1)
-        clock = now
 
     _step(1, "the default pair")
     paths = build_pair(options.preset, progress=options.progress)
     pair = load_default_pair(options.preset, device=options.device)
     _say(f"  target {paths.target_path}\n  draft  {paths.draft_path}")
-    lap("pair")
+    laps.lap("pair")
 
     _step(2, "the hardware profile")
     profile, profile_path, how = _choose_profile(pair, options, cache)
@@ -285,14 +256,86 @@ def run_demo(options: DemoOptions) -> DemoResult:
     # Step times hold at the thread count they were measured with (the profile's).
     _say(f"  torch threads: {use_profile_threads(profile, options.threads)}")
     fresh = _check_profile(profile, profile_path, pair, options, measured_now=how == "measured")
-    lap("profile")
+    laps.lap("profile")
 
     _step(3, f"PPO, {options.timesteps:,} steps on the surrogate")
     train_dir, trained = _train(profile_path, options, cache)
     artifacts["training run"] = str(train_dir)
-    lap("train")
+    laps.lap("train")
 
     _step(4, "export the K table, and each serving stack's best schedule")
+    exported = _export(train_dir, run_dir, options, artifacts)
+    laps.lap("export")
+
+    _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
+    reports = _compare(pair, profile, exported, options)
+    laps.lap("compare")
+
+    _step(6, "report")
+    groups = _report(reports, exported, run_dir, train_dir, profile_path, options, artifacts)
+    laps.lap("report")
+    result = DemoResult(run_dir, profile_path, fresh, train_dir, artifacts, laps.seconds)
+    summary = {
+        "options": asdict(options),
+        "profile": str(profile_path),
+        "profile_how": how,
+        "profile_fresh": fresh,
+        "training": trained,
+        "fidelity": exported.fidelity.to_json(),
+        "seconds": laps.seconds,
+        "artifacts": artifacts,
+        "wandb_groups": [g.group for g in groups],
+    }
+    write_json(run_dir / "demo.json", summary, default=str)
+    _print_summary(reports, run_dir, artifacts, laps.seconds, options)
+    return result
+
+
+def _new_run_dir(root: Path) -> Path:
+    """A new ``ROOT/demo-<UTC time>/`` (suffixed where two demos start in the same second)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = root / f"demo-{stamp}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(2, 100):
+            try:
+                run_dir.mkdir()
+                return run_dir
+            except FileExistsError:
+                run_dir = root / f"demo-{stamp}-{n}"
+    except OSError as err:
+        raise SpecrlError(f"--out {root}: cannot write there ({err}); give another") from None
+    return run_dir
+
+
+class _Laps:
+    """Seconds spent in each stage, in order."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._clock = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._clock, 1)
+        self._clock = now
+
+
+@dataclass
+class _Exported:
+    """Step 4's output: the native table as a server reads it, and the searched schedules."""
+
+    table: object
+    fidelity: object
+    native: Path
+    schedules: list[str]
+
+
+def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dict) -> _Exported:
+    """The run's native table, checked against its policy, and each stack's searched schedule,
+    written under ``run_dir``."""
+    from specrl.train.search import STACK_FORMATS, search_run, searched_export
+
     table, fidelity = checked_table(train_dir, progress=options.progress)
     if not fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
@@ -302,8 +345,6 @@ def run_demo(options: DemoOptions) -> DemoResult:
     table.save(native)
     table = load_table(native)  # what a server would read, validated
     artifacts["K table (native)"] = str(native)
-    from specrl.train.search import STACK_FORMATS, search_run, searched_export
-
     failed: dict[str, SpecrlError] = {}
     searched = search_run(
         train_dir,
@@ -325,14 +366,21 @@ def run_demo(options: DemoOptions) -> DemoResult:
         artifacts[f"K schedule ({fmt}, searched)"] = str(path)
         _say(_indent(searched[fmt].describe()))
         _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
-    lap("export")
+    return _Exported(table, fidelity, native, schedules)
 
-    _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
-    lookup = f"lookup:{native}"
+
+def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
+    """Every policy in the surrogate on the held-out seeds of each workload, then off, the best
+    static K, the engineer, goodput and the table live: the reports, the live one last."""
+    from specrl.envs import LiveSpecEnv
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
+    from specrl.policies import default_policies, make_policy
+
+    lookup = f"lookup:{exported.native}"
     reports = compare_surrogate(
         profile,
         SURROGATE_WORKLOADS,
-        [*default_policies(4), lookup, *schedules],
+        [*default_policies(4), lookup, *exported.schedules],
         episodes=options.surrogate_episodes,
         seed=HELD_OUT_SEED,
         max_batch=options.max_batch,
@@ -355,10 +403,9 @@ def run_demo(options: DemoOptions) -> DemoResult:
     specs = list(dict.fromkeys(["off", best_spec, engineer, "goodput", lookup]))
     if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
         _say(note)
-    live_policies = [make_policy(s, env=live_env, profile=profile) for s in specs]
     live = compare_policies(
         live_env,
-        live_policies,
+        [make_policy(s, env=live_env, profile=profile) for s in specs],
         seed=HELD_OUT_SEED,
         episodes=options.live_episodes,
         env_name="live",
@@ -366,10 +413,21 @@ def run_demo(options: DemoOptions) -> DemoResult:
         progress=options.progress,
         warmup_steps=LIVE_WARMUP_STEPS,
     )
-    reports.append(live)
-    lap("compare")
+    return [*reports, live]
 
-    _step(6, "report")
+
+def _report(reports, exported, run_dir, train_dir, profile_path, options, artifacts) -> list:
+    """Each comparison as JSON and CSV, the plots, and the wandb runs: the wandb groups."""
+
+    from specrl.report import (
+        log_comparison,
+        plot_buckets,
+        plot_k_over_time,
+        plot_table,
+        plot_training,
+    )
+
+    mixed, live = reports[-2], reports[-1]
     for r in reports:
         name = f"{r.env}-{r.workload}"
         write_json(run_dir / f"compare-{name}.json", r.to_json())
@@ -378,10 +436,10 @@ def run_demo(options: DemoOptions) -> DemoResult:
     plots = {
         "buckets-live": plot_buckets(live, run_dir / "buckets-live.png"),
         "buckets-surrogate-mixed": plot_buckets(mixed, run_dir / "buckets-surrogate-mixed.png"),
-        "table": plot_table(table, run_dir / "table.png"),
+        "table": plot_table(exported.table, run_dir / "table.png"),
         "training": plot_training(train_dir, run_dir / "training.png"),
     }
-    ramp = reports[0].result(live_policies[-1].name) or reports[0].results[-1]
+    ramp = reports[0].result(live.results[-1].policy) or reports[0].results[-1]
     plots["k-over-time-ramp"] = plot_k_over_time(
         ramp.episodes[0], run_dir / "k-over-time-ramp.png", title="the K table on ramp (surrogate)"
     )
@@ -396,20 +454,11 @@ def run_demo(options: DemoOptions) -> DemoResult:
     )
     if options.wandb != "disabled":
         artifacts["wandb runs"] = str(run_dir / "wandb")
-    lap("report")
-    result = DemoResult(run_dir, profile_path, fresh, train_dir, artifacts, seconds)
-    summary = {
-        "options": asdict(options),
-        "profile": str(profile_path),
-        "profile_how": how,
-        "profile_fresh": fresh,
-        "training": trained,
-        "fidelity": fidelity.to_json(),
-        "seconds": seconds,
-        "artifacts": artifacts,
-        "wandb_groups": [g.group for g in groups],
-    }
-    write_json(run_dir / "demo.json", summary, default=str)
+    return groups
+
+
+def _print_summary(reports, run_dir: Path, artifacts: dict, seconds: dict, options) -> None:
+    mixed, live = reports[-2], reports[-1]
     _say(f"\nsurrogate, workload mixed, {options.surrogate_episodes} held-out episodes:")
     _say(mixed.format())
     traces = (
@@ -424,7 +473,6 @@ def run_demo(options: DemoOptions) -> DemoResult:
         _say(f"  {what}: {where}")
     total = sum(seconds.values())
     _say("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()) + f"; {total:.0f} s")
-    return result
 
 
 def _indent(text: str) -> str:

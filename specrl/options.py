@@ -12,8 +12,9 @@ The ranges:
 * counts (episodes, repeats, steps, requests, rows, timesteps, ...): :data:`positive_int`;
 * torch threads: :data:`THREADS`, 1..:data:`THREADS_MAX` (0 and -1 are refused: none of the
   commands gives them a meaning);
-* the largest K: :data:`K_MAX`, 1..:data:`K_MAX_LIMIT`;
-* batch sizes and peaks: :data:`BATCH`, 1..:data:`BATCH_MAX`;
+* the largest K: :data:`K_MAX`, 1..:data:`K_MAX_RUN`;
+* batch sizes and peaks: :data:`BATCH`, 1..:data:`specrl.table.MAX_BATCH_LIMIT` (a K
+  table's own limit);
 * requests per trace: :data:`N_REQUESTS`, 1..:data:`N_REQUESTS_MAX`;
 * devices: :func:`device`, ``cpu``, ``cuda`` or ``cuda:N`` (whether the GPU is there is
   checked later, by :func:`specrl.device.require_device`, which needs torch).
@@ -26,16 +27,17 @@ import math
 import re
 from collections.abc import Callable
 
+from specrl.table import MAX_BATCH_LIMIT
+
 SEED_MAX = 2**32 - 1
 """The largest seed: ``numpy.random.seed`` (called by stable-baselines3) takes no more."""
-K_MAX_LIMIT = 16
-"""The largest ``--k-max`` any command takes. Every profiling round and engine benchmark
+K_MAX_RUN = 16
+"""The largest ``--k-max`` any command runs (a table file may hold up to
+:data:`specrl.table.K_MAX_LIMIT`). Every profiling round and engine benchmark
 steps each K in 1..k_max, and no draft's acceptance pays for more than a handful of tokens;
 a larger K mostly fails later for want of positions (``max_position_embeddings``)."""
 THREADS_MAX = 1024
 """The most torch threads a command takes (torch accepts more and then crashes at exit)."""
-BATCH_MAX = 65536
-"""The largest batch size or peak concurrency (a K table's own limit, ``specrl.table``)."""
 N_REQUESTS_MAX = 100_000
 """The most requests a drawn trace may have (a million take half a minute and 2 GB to
 draw; the shipped commands use at most a few hundred)."""
@@ -118,20 +120,20 @@ probability = float_in(0.0, 1.0)
 
 SEED = int_in(0, SEED_MAX)
 THREADS = int_in(1, THREADS_MAX)
-K_MAX = int_in(1, K_MAX_LIMIT)
-BATCH = int_in(1, BATCH_MAX)
+K_MAX = int_in(1, K_MAX_RUN)
+BATCH = int_in(1, MAX_BATCH_LIMIT)
 N_REQUESTS = int_in(1, N_REQUESTS_MAX)
 
 
 def positive_ints(text: str) -> list[int]:
-    """argparse type for lists like ``--batch-sizes 1,4,16,64``: integers in 1..BATCH_MAX."""
+    """argparse type for lists like ``--batch-sizes 1,4,16,64``: integers in 1..MAX_BATCH_LIMIT."""
     try:
         values = [int(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers like 1,4,16, got {text!r}") from None
-    if not values or min(values) < 1 or max(values) > BATCH_MAX:
+    if not values or min(values) < 1 or max(values) > MAX_BATCH_LIMIT:
         raise argparse.ArgumentTypeError(
-            f"expected integers from 1 to {BATCH_MAX} like 1,4,16, got {text!r}"
+            f"expected integers from 1 to {MAX_BATCH_LIMIT} like 1,4,16, got {text!r}"
         )
     return values
 

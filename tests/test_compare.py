@@ -8,11 +8,12 @@ import math
 
 import pytest
 
-from specrl.compare import compare_policies, summarize
+from specrl.compare import compare_policies
 from specrl.envs import EpisodeResult, SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.policies import make_policy
 from specrl.profile.synthetic import linear_profile
+from specrl.results import summarize
 
 
 def _env(**kwargs):

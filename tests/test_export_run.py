@@ -15,11 +15,11 @@ from specrl.cli import main
 from specrl.controller import LookupController
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
-from specrl.export import monotone_in_acceptance
 from specrl.policies import LookupPolicy, make_policy
 from specrl.policies.ppo import PROBE, PPOPolicy
 from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json
+from specrl.table.build import monotone_in_acceptance
 from specrl.train import train
 from specrl.train.to_table import (
     ACCEPTANCE_EDGES,

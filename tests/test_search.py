@@ -65,7 +65,7 @@ def test_what_each_format_cannot_hold():
 
 
 def test_search_buckets_never_split_an_sglang_padding_group():
-    from specrl.export import SGLANG_CUDA_GRAPH_BS
+    from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS
 
     for lo, hi in search_buckets(160):
         assert hi in SGLANG_CUDA_GRAPH_BS, (lo, hi)

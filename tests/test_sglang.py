@@ -1,5 +1,5 @@
 """SGLang's adaptive speculative config with one candidate per key: the export
-(:func:`specrl.export.to_sglang`) and the reader (``BatchSchedule.from_sglang``).
+(:func:`specrl.table.sglang.to_sglang`) and the reader (``BatchSchedule.from_sglang``).
 
 SGLang pads the running batch size up to a CUDA-graph capture size (the smallest >= the
 batch; a batch above the largest is not padded) and takes the entry of the largest key <=
@@ -19,16 +19,12 @@ from test_table import JUNK, _mutate, at_acceptance, context_json, plain_json, w
 
 from specrl.controller import LookupController
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.export import (
-    FORMATS,
-    SGLANG_CUDA_GRAPH_BS,
-    export_file,
-    to_sglang,
-    to_trtllm,
-    to_vllm,
-)
 from specrl.policies import BatchSchedule
 from specrl.table import table_from_json
+from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, to_sglang
+from specrl.table.stacks import FORMATS, export_file
+from specrl.table.trtllm import to_trtllm
+from specrl.table.vllm import to_vllm
 
 
 def config(**ks: int) -> dict:

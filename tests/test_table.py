@@ -17,15 +17,12 @@ import pytest
 import specrl.controller
 from specrl.controller import HARD_FINGERPRINT_KEYS, LookupController
 from specrl.errors import SpecrlError
-from specrl.export import (
-    export_file,
-    monotone_in_acceptance,
-    table_from_policy,
-    to_trtllm,
-    to_vllm,
-)
 from specrl.features import NEVER_MEASURED, STALE_STEPS, AcceptanceTracker
 from specrl.table import KTable, load_table, table_from_json
+from specrl.table.build import monotone_in_acceptance, table_from_policy
+from specrl.table.stacks import export_file
+from specrl.table.trtllm import to_trtllm
+from specrl.table.vllm import to_vllm
 
 FINGERPRINT = {"device": "cpu: test x2", "target_sha256": "aa", "draft_sha256": "bb", "k_max": 4}
 PROVENANCE = {
@@ -518,7 +515,8 @@ def test_controller_and_export_import_no_numpy_torch_gymnasium_or_sb3(tmp_path):
         f"package.__path__ = [{str(package)!r}]\n"
         "sys.modules['specrl'] = package\n"
         "from specrl.controller import LookupController\n"
-        "import specrl.export\n"
+        "import specrl.table.build\n"
+        "import specrl.table.stacks\n"
         f"controller = LookupController.load({str(path)!r})\n"
         "controller.observe(10, 9)\n"
         "print(controller.choose_k(3, context_len=600))\n"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from specrl.controller import LookupController
 from specrl.errors import SpecrlError
-from specrl.export import table_from_policy
 from specrl.table import KTable
+from specrl.table.build import table_from_policy
 
 TARGET_NS = 2000
 """The controller's budget per call: 2 µs."""

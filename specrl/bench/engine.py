@@ -27,6 +27,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 from tqdm.auto import tqdm
 
+from specrl import files
+from specrl.errors import SpecrlError
+from specrl.workload.prompts import token_streams
+
 
 @dataclass
 class EngineBenchmark:
@@ -54,7 +58,6 @@ class EngineBenchmark:
 
 def code_prompts(tokenizer, n: int, length: int) -> list[list[int]]:
     """``n`` equal-length prompts cut from the held-out code stream (no padding needed)."""
-    from specrl.workload.prompts import token_streams
 
     stream = token_streams(tokenizer, domains=("code",))["code"]
     stride = max(length, (len(stream) - length) // max(n, 1))
@@ -123,7 +126,6 @@ def run_engine_benchmark(
     progress: bool = True,
 ) -> EngineBenchmark:
     from specrl.engine import position_limit
-    from specrl.errors import SpecrlError
 
     limit = position_limit(pair.target, pair.draft)
     if limit is not None and prompt_len + new_tokens + 1 > limit.positions:
@@ -242,6 +244,5 @@ def format_report(result: EngineBenchmark) -> str:
 
 def write_json(result: EngineBenchmark, path: str) -> None:
     """The figures as JSON, written atomically (a stop leaves the old file or none)."""
-    from specrl import files
 
     files.write_json(path, asdict(result))

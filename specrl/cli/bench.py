@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
+from specrl.errors import SpecrlError
+from specrl.files import check_output
 from specrl.models.build import PRESETS
 
 
@@ -37,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--k-max",
         type=options.K_MAX,
         default=4,
-        help=f"largest K, 1..{options.K_MAX_LIMIT} (default 4)",
+        help=f"largest K, 1..{options.K_MAX_RUN} (default 4)",
     )
     engine.add_argument(
         "--prompt-len", type=options.positive_int, default=128, help="tokens (default 128)"
@@ -104,8 +106,6 @@ def _engine(args: argparse.Namespace) -> int:
     import torch
 
     from specrl.bench.engine import format_report, run_engine_benchmark, write_json
-    from specrl.errors import SpecrlError
-    from specrl.files import check_output
     from specrl.models import load_default_pair, load_pair
 
     if args.json:

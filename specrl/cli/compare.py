@@ -9,6 +9,7 @@ from specrl import options
 from specrl.compare import compare_policies
 from specrl.errors import SpecrlError
 from specrl.files import check_output, write_json
+from specrl.workload.trace import PRESETS, is_preset
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +68,6 @@ def make_env(args: argparse.Namespace):
     """The env ``args`` ask for, and the profile it uses."""
     from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, default_profile_path
     from specrl.profile import load_profile
-    from specrl.workload import is_preset
 
     workload_kwargs = {"peak": args.max_batch}
     if args.n_requests:
@@ -104,7 +104,6 @@ def make_env(args: argparse.Namespace):
 def _known_workload(name: str) -> None:
     """``--workload`` names a preset or a trace file: said before any other option is judged
     by it (``--n-requests`` draws a preset's trace, and would otherwise take the blame)."""
-    from specrl.workload.trace import PRESETS, is_preset
 
     if not (is_preset(name) or name.endswith(".json") or Path(name).exists()):
         raise SpecrlError(

@@ -10,6 +10,7 @@ import argparse
 
 from specrl import options
 from specrl.models.build import PRESETS
+from specrl.workload.prompts import token_streams
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="small", choices=list(PRESETS))
     parser.add_argument(
         "--k",
-        type=options.int_in(0, options.K_MAX_LIMIT),
+        type=options.int_in(0, options.K_MAX_RUN),
         default=3,
         help="draft tokens per step (default 3)",
     )
@@ -43,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
     from specrl.decode import decode
     from specrl.models import load_default_pair
-    from specrl.workload.prompts import token_streams
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     pair = load_default_pair(args.preset, device=device)

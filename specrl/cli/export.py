@@ -9,10 +9,9 @@ from pathlib import Path
 
 from specrl import options
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.export import FORMATS, export_file
 from specrl.files import check_output, write_atomic
 from specrl.table import PROBE_SCOPES, KTable, load_table, table_from_json
-from specrl.train.search import searched_export
+from specrl.table.stacks import FORMATS, export_file
 from specrl.train.to_table import (
     BELOW_ENGINEER,
     DEFAULT_PROBE_SCOPE,
@@ -100,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="B[,B...]",
         help="sglang: the deployment's CUDA-graph batch sizes (--cuda-graph-bs), which SGLang "
-        "pads the batch up to (default: specrl.export.SGLANG_CUDA_GRAPH_BS)",
+        "pads the batch up to (default: specrl.table.sglang.SGLANG_CUDA_GRAPH_BS)",
     )
     parser.add_argument(
         "--force", action="store_true", help="write the table even if the fidelity check fails"
@@ -244,7 +243,7 @@ def report_against_engineer(run_dir, table: KTable) -> None:
 def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, graphs: dict):
     """The file of the format's best schedule (:mod:`specrl.train.search`), its search
     recorded under ``specrl.chosen_by``."""
-    from specrl.train.search import search_run
+    from specrl.train.search import search_run, searched_export
 
     if table.context_bins is not None:
         raise SpecrlError(

@@ -7,6 +7,7 @@ import json
 import time
 
 from specrl import options
+from specrl.errors import SpecrlError
 from specrl.models.build import PRESETS
 
 
@@ -58,7 +59,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from specrl.errors import SpecrlError
     from specrl.models.build import build_pair, get_preset
     from specrl.models.pair import load_pair
     from specrl.models.quality import measure

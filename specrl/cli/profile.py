@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
+from specrl.errors import SpecrlError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -86,7 +87,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--k-max",
         type=options.K_MAX,
         default=4,
-        help=f"largest K timed, 1..{options.K_MAX_LIMIT} (default 4)",
+        help=f"largest K timed, 1..{options.K_MAX_RUN} (default 4)",
     )
     parser.add_argument(
         "--batch-sizes", type=options.positive_ints, default=[1, 2, 4, 8, 16, 32, 64, 128]
@@ -113,7 +114,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrl.errors import SpecrlError
     from specrl.profile.measure import format_table
     from specrl.profile.schema import load_profile
 
@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         profile = load_profile(args.show)
     else:
         from specrl.files import check_output
-        from specrl.profile.measure import ACCEPTANCE_ROWS, measure_profile
+        from specrl.profile.acceptance import ACCEPTANCE_ROWS
+        from specrl.profile.measure import measure_profile
         from specrl.workload.user_prompts import load_prompts
 
         prompts = load_prompts(args.prompts) if args.prompts else None
@@ -181,7 +182,6 @@ def _preset(args: argparse.Namespace) -> str:
 def _load_pair(args: argparse.Namespace):
     """The default pair of ``--preset``, or ``--target`` with ``--draft``; ``--device`` is
     checked before either loads."""
-    from specrl.errors import SpecrlError
     from specrl.models.pair import load_default_pair, load_pair
 
     if bool(args.target) != bool(args.draft):
@@ -197,7 +197,6 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
     """The pair to time ``profile`` with: ``--preset`` or ``--target``/``--draft`` where
     given, else the pair the profile names (its preset, or the target and draft as they were
     given to ``specrl profile``). Returns ``(pair, the command that re-measures it)``."""
-    from specrl.errors import SpecrlError
     from specrl.models.pair import load_default_pair, load_pair
     from specrl.profile.freshness import profile_prompts, remeasure_command
 
@@ -224,7 +223,6 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
 
 
 def _check(args: argparse.Namespace) -> int:
-    from specrl.errors import SpecrlError
     from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
     from specrl.profile.freshness import all_cell_batches, check_freshness
     from specrl.profile.schema import load_profile

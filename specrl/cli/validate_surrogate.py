@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
+from specrl.errors import SpecrlError
+from specrl.files import check_output, write_json
+from specrl.workload import load_trace, preset_trace
+from specrl.workload.prompts import token_streams
 
 SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
 SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
@@ -97,8 +101,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _traces(args) -> list[list]:
     """The traces to compare on, each as its list of draws (one per trace seed)."""
-    from specrl.errors import SpecrlError
-    from specrl.workload import load_trace, preset_trace
 
     if args.trace:
         if args.trace_seeds != 1:
@@ -117,14 +119,12 @@ def _traces(args) -> list[list]:
 
 
 def validate(args: argparse.Namespace) -> int:
-    from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
-    from specrl.envs.live import refuse_prompts_profile
+    from tqdm.auto import tqdm
+
     from specrl.envs.rollout import odd_rounds_note
-    from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
-    from specrl.files import check_output, write_json
     from specrl.models.pair import load_default_pair
-    from specrl.policies.registry import make_policies, parse_policies
-    from specrl.profile import load_profile
+    from specrl.policies.registry import parse_policies
+    from specrl.profile import load_profile, use_profile_threads
 
     if args.threads:
         import torch
@@ -142,26 +142,56 @@ def validate(args: argparse.Namespace) -> int:
         if path:
             check_output(path, option)  # before measuring and running, not after
     if not args.measure:
-        from specrl.profile import use_profile_threads
+        from specrl.envs.live import refuse_prompts_profile
 
         profile = load_profile(args.profile)
         refuse_prompts_profile(profile, args.profile)  # before the pair loads
         use_profile_threads(profile, args.threads)  # step times hold at the profile's count
     pair = load_default_pair(args.preset, device=args.device)
     if profile is not None:
-        from specrl.profile import check_compatible, pair_fingerprint
-        from specrl.profile.freshness import enforce_freshness, remeasure_command
-
-        fp = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
-        check_compatible(
-            profile, fp, force=args.force, source=args.profile, remeasure=remeasure_command(pair)
-        )
-        report = enforce_freshness(
-            profile, pair, device=args.device, force=args.force, source=args.profile
-        )
-        print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
+        _check_profile(args, profile, pair)
     k_max = 4 if profile is None else min(4, profile.k_max)
-    from specrl.workload.prompts import token_streams
+    setups = _live_setups(args, pair, traces, k_max)
+    if profile is None:
+        from specrl.profile.measure import measure_profile
+
+        profile = measure_profile(
+            pair, k_max=k_max, device=args.device, seed=args.seed, preset=args.preset
+        )
+        profile.save(args.profile)
+        print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
+    rounds = args.live_repeats * args.trace_seeds
+    if note := odd_rounds_note(rounds, "--live-repeats"):
+        print(note)
+    rows, speed = [], []
+    bar = tqdm(total=len(setups) * len(specs) * rounds, desc="live episodes")
+    for setup in setups:
+        rows += _run_trace(args, profile, pair, specs, setup, bar, speed)
+    bar.close()
+    _report(args, rows, speed)
+    return 0
+
+
+def _check_profile(args: argparse.Namespace, profile, pair) -> None:
+    """Refuse a profile from another machine or pair, or a stale one (unless --force), and
+    print its freshness."""
+    from specrl.profile import check_compatible, pair_fingerprint
+    from specrl.profile.freshness import enforce_freshness, remeasure_command
+
+    fp = pair_fingerprint(pair, k_max=profile.k_max, device=args.device)
+    check_compatible(
+        profile, fp, force=args.force, source=args.profile, remeasure=remeasure_command(pair)
+    )
+    report = enforce_freshness(
+        profile, pair, device=args.device, force=args.force, source=args.profile
+    )
+    print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
+
+
+def _live_setups(args: argparse.Namespace, pair, traces: list[list], k_max: int) -> list:
+    """For each trace: (its draws, the env settings both envs share, a live env per draw)."""
+
+    from specrl.envs import LiveSpecEnv
 
     streams = token_streams(pair.tokenizer)  # tokenized once, shared by every live env
     setups = []
@@ -183,76 +213,72 @@ def validate(args: argparse.Namespace) -> int:
             for t in draws
         ]
         setups.append((draws, common, lives))
-    if profile is None:
-        from specrl.profile.measure import measure_profile
+    return setups
 
-        profile = measure_profile(
-            pair, k_max=k_max, device=args.device, seed=args.seed, preset=args.preset
-        )
-        profile.save(args.profile)
-        print(f"wrote {args.profile} ({profile.meta['duration_s']} s)")
+
+def _run_trace(args: argparse.Namespace, profile, pair, specs, setup, bar, speed: list) -> list:
+    """Every policy live on one trace's draws, then in the surrogate (and, unless
+    --no-speed-check, the surrogate at the speed measured between the rounds): its rows.
+    Appends the trace's speed check to ``speed``."""
     from tqdm.auto import tqdm
 
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.envs.sim2real import LiveRuns, compare_runs, format_comparison
+    from specrl.policies.registry import make_policies
     from specrl.profile.freshness import check_freshness, speed_matched
 
-    rounds = args.live_repeats * args.trace_seeds
-    if note := odd_rounds_note(rounds, "--live-repeats"):
-        print(note)
-    rows, speed = [], []
-    bar = tqdm(total=len(setups) * len(specs) * rounds, desc="live episodes")
-    for draws, common, lives in setups:
-        trace = draws[0]
-        surrogates = [SurrogateSpecEnv(profile=profile, workload=t, **common) for t in draws]
-        policies = make_policies(specs, env=surrogates[0])
-        bar.set_postfix_str(f"trace {trace.name}")
-        checks = []
+    draws, common, lives = setup
+    trace = draws[0]
+    surrogates = [SurrogateSpecEnv(profile=profile, workload=t, **common) for t in draws]
+    policies = make_policies(specs, env=surrogates[0])
+    bar.set_postfix_str(f"trace {trace.name}")
+    checks = []
 
-        def check(checks=checks):
-            checks.append(check_freshness(profile, pair, device=args.device))
+    def check():
+        checks.append(check_freshness(profile, pair, device=args.device))
 
-        live_runs: dict[str, list] = {p.name: [] for p in policies}
-        for i, live in enumerate(lives):
-            runs = LiveRuns(
-                live,
-                policies,
-                seed=args.seed + i,
-                repeats=args.live_repeats,
-                first_round=i * args.live_repeats,
-            )
-            for name, results in runs.run_all(
-                on_episode=lambda _: bar.update(),
-                before_round=None if args.no_speed_check else check,
-            ).items():
-                live_runs[name] += results
-            live.close()  # one draw's engine caches at a time
-        matched = None
-        if not args.no_speed_check:
-            check()  # and after the last round: the checks bracket every episode
-            fast = speed_matched(profile, checks)
-            matched = [SurrogateSpecEnv(profile=fast, workload=t, **common) for t in draws]
-            speed.append({"trace": trace.name, **fast.meta["speed_matched"]})
-        trace_rows = compare_runs(
-            live_runs,
-            surrogates,
+    live_runs: dict[str, list] = {p.name: [] for p in policies}
+    for i, live in enumerate(lives):
+        runs = LiveRuns(
+            live,
             policies,
-            surrogate_seeds=args.surrogate_seeds,
-            matched=matched,
+            seed=args.seed + i,
+            repeats=args.live_repeats,
+            first_round=i * args.live_repeats,
         )
-        requests = sum(len(t.requests) for t in draws)
-        tokens = sum(t.total_tokens for t in draws)
-        drawn = f" over {len(draws)} draws (seeds {args.seed}-{args.seed + len(draws) - 1})"
+        for name, results in runs.run_all(
+            on_episode=lambda _: bar.update(),
+            before_round=None if args.no_speed_check else check,
+        ).items():
+            live_runs[name] += results
+        live.close()  # one draw's engine caches at a time
+    matched = None
+    if not args.no_speed_check:
+        check()  # and after the last round: the checks bracket every episode
+        fast = speed_matched(profile, checks)
+        matched = [SurrogateSpecEnv(profile=fast, workload=t, **common) for t in draws]
+        speed.append({"trace": trace.name, **fast.meta["speed_matched"]})
+    rows = compare_runs(
+        live_runs, surrogates, policies, surrogate_seeds=args.surrogate_seeds, matched=matched
+    )
+    requests = sum(len(t.requests) for t in draws)
+    tokens = sum(t.total_tokens for t in draws)
+    drawn = f" over {len(draws)} draws (seeds {args.seed}-{args.seed + len(draws) - 1})"
+    tqdm.write(
+        f"\ntrace {trace.name!r}{drawn if len(draws) > 1 else ''}: {requests} requests, "
+        f"{tokens} tokens, peak {common['max_batch']}; profile {args.profile}"
+    )
+    if matched is not None:
         tqdm.write(
-            f"\ntrace {trace.name!r}{drawn if len(draws) > 1 else ''}: {requests} requests, "
-            f"{tokens} tokens, peak {common['max_batch']}; profile {args.profile}"
+            f"speed now / profile, median of {len(checks)} checks between the rounds: "
+            + ", ".join(f"B={b} K={k} {r:.2f}" for b, k, r in speed[-1]["ratios"])
         )
-        if matched is not None:
-            tqdm.write(
-                f"speed now / profile, median of {len(checks)} checks between the rounds: "
-                + ", ".join(f"B={b} K={k} {r:.2f}" for b, k, r in speed[-1]["ratios"])
-            )
-        tqdm.write(format_comparison(trace_rows))
-        rows += trace_rows
-    bar.close()
+    tqdm.write(format_comparison(rows))
+    return rows
+
+
+def _report(args: argparse.Namespace, rows: list, speed: list) -> None:
+
     print("\n" + _in_band(rows, "ratio", "ratios within 0.9-1.1"))
     if not args.no_speed_check:
         print("speed-matched: " + _in_band(rows, "matched_ratio", "within 0.9-1.1"))
@@ -266,7 +292,6 @@ def validate(args: argparse.Namespace) -> int:
         }
         write_json(args.json, out)
         print(f"wrote {args.json}")
-    return 0
 
 
 def acceptance_line(rows, tolerance: float = 0.05) -> str:

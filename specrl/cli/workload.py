@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from specrl import options
+from specrl.errors import SpecrlError
+from specrl.workload.trace import PRESETS, is_preset, preset_trace
 
 
 def _preset(name: str) -> str:
     """argparse type: a preset name (``steady-N`` for any N >= 1)."""
-    from specrl.workload.trace import PRESETS, is_preset
 
     if not is_preset(name):
         raise argparse.ArgumentTypeError(
@@ -19,7 +20,6 @@ def _preset(name: str) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from specrl.workload.trace import PRESETS
 
     parser = sub.add_parser(
         "workload",
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--peak",
         type=options.BATCH,
         default=64,
-        help=f"largest concurrency, 1..{options.BATCH_MAX} (default 64)",
+        help=f"largest concurrency, 1..{options.MAX_BATCH_LIMIT} (default 64)",
     )
     parser.add_argument(
         "--prompts", metavar="PROMPTS.jsonl", help="build the requests from this prompts file"
@@ -63,8 +63,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specrl.errors import SpecrlError
-    from specrl.workload.trace import preset_trace
 
     if args.prompts:
         from specrl.models.pair import load_tokenizer

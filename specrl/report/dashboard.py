@@ -28,10 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrl.compare import ComparisonReport, PolicyResult
+from specrl.compare import ComparisonReport
 from specrl.errors import SpecrlError
 from specrl.features import bucket_bounds
 from specrl.options import WANDB_MODES
+from specrl.report.plots import plot_buckets
+from specrl.results import PolicyResult
 
 REFERENCES = ("off", "best_static", "oracle")
 """The policies each run's tokens/s is divided by: ``ratio/<reference>``."""
@@ -155,8 +157,6 @@ def _log_report(
     config: dict,
 ) -> LoggedGroup:
     import wandb
-
-    from specrl.report.plots import plot_buckets
 
     common = config | {
         "env": report.env,

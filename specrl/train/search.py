@@ -37,15 +37,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.export import (
-    SGLANG_CUDA_GRAPH_BS,
-    check_cuda_graph_bs,
-    export_file,
-    table_from_policy,
-    to_sglang,
-    to_trtllm,
-    to_vllm,
-)
 from specrl.policies.engineer import (
     Scorer,
     best_sweep,
@@ -60,6 +51,11 @@ from specrl.policies.engineer import (
 )
 from specrl.policies.schedule import BatchSchedule
 from specrl.table import KTable
+from specrl.table.build import table_from_policy
+from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, to_sglang
+from specrl.table.stacks import export_file
+from specrl.table.trtllm import to_trtllm
+from specrl.table.vllm import to_vllm
 
 SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 """Upper ends of the buckets the local search sets K in (then doubling past 128): the

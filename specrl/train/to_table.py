@@ -6,7 +6,7 @@ the policy it came from.
   provenance. The network reads exactly what the table indexes
   (:mod:`specrl.policies.ppo`), so nothing is collapsed but acceptance, into bins. With
   ``monotone``, each batch size's Ks are then made non-decreasing in the acceptance estimate
-  (:func:`specrl.export.monotone_in_acceptance`), weighted by how often the policy met each
+  (:func:`specrl.table.build.monotone_in_acceptance`), weighted by how often the policy met each
   cell in its own surrogate episodes (seeds from :data:`VISIT_SEED`, apart from the fidelity
   check's): the fidelity check measures what that changed.
 * :func:`check_fidelity`: on held-out seeds of the surrogate, the share of visited states
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
-from specrl.export import check_acceptance, table_from_policy
-from specrl.table import PROBE_SCOPES, KTable, provenance
+from specrl.table import PROBE_SCOPES, KTable, check_acceptance, provenance
+from specrl.table.build import table_from_policy
 
 ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
 """Acceptance bins of an exported table: 0.01 wide. The fidelity check reports how often the

@@ -45,7 +45,7 @@ Fields:
 * ``probe``: ``{"after_steps": N, "k": P}``. Whenever the table says K=0 and no step has
   drafted for ``N`` steps, the controller drafts ``P`` (1..k_max) for a step, so the
   estimate is measured again instead of going blind. With ``N = STALE_STEPS`` (the default
-  of :func:`specrl.export.table_from_policy`) the probe fires exactly when the estimate
+  of :func:`specrl.table.build.table_from_policy`) the probe fires exactly when the estimate
   becomes fully stale, the moment ``stale_k`` takes over; so a ``stale_k`` of 0 still probes.
   Before any step has drafted (the start) the interval counts as passed
   (:data:`~specrl.features.NEVER_MEASURED`): K=0 on the first step probes at once.
@@ -96,7 +96,8 @@ PROBE_SCOPES = ("all", "speculating", "operating")
 MAX_BATCH_LIMIT = 65536
 """The controller expands the buckets into one entry per batch size; this bounds that list."""
 CONTEXT_LIMIT = 2**31 - 2
-"""Context bounds stay below vLLM's "infinity" (2**31 - 1) so every table exports."""
+"""Context bounds stay below vLLM's "infinity" (:data:`specrl.table.vllm.CONTEXT_INFINITY`,
+2**31 - 1) so every table exports."""
 PROVENANCE_KEYS = {
     "profile_sha256": str,
     "profile_fingerprint": dict,
@@ -263,6 +264,7 @@ def provenance(
 ) -> dict:
     """A provenance object stamped with this specrl's version and the time now (UTC);
     ``extra`` keys (JSON values) are kept as they are."""
+    # At call time: a serving stack may vendor this module without specrl's package __init__.
     from specrl import __version__
 
     return {
@@ -281,7 +283,8 @@ def provenance(
 # ---------------------------------------------------------------------- validation
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """Whether ``value`` is an integer; JSON's ``true`` and ``false`` are not."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -294,8 +297,15 @@ def is_acceptance(value) -> bool:
     return _is_number(value) and 0 <= value <= 1
 
 
+def check_acceptance(value, name: str = "acceptance") -> float:
+    """``value`` as an acceptance, a finite number in [0, 1]; else an error naming ``name``."""
+    if not is_acceptance(value):
+        raise SpecrlError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
 def _int_field(value, where: str, low: int, high: int, meaning: str = "") -> int:
-    if not _is_int(value) or not low <= value <= high:
+    if not is_int(value) or not low <= value <= high:
         detail = f" ({meaning})" if meaning else ""
         raise SpecrlError(f"{where}: expected an integer {low}..{high}{detail}, got {value!r}")
     return value
@@ -345,7 +355,7 @@ def _check_ranges(ranges, where: str, last_end: int | None, limit: int, what: st
 
 def _check_ks(value, shape: tuple[int, ...], where: str, k_max: int) -> None:
     if not shape:
-        if _is_int(value) and value > k_max:
+        if is_int(value) and value > k_max:
             raise SpecrlError(f"{where}: K={value} is above k_max ({k_max}); K is 0..k_max")
         _int_field(value, where, 0, k_max, "a K, at most k_max")
         return
