@@ -54,9 +54,8 @@ class Goodput(StatefulKPolicy):
       Measured acceptance decays with position, so a constant ``a`` overestimates long
       drafts, as the papers' model does.
     * Not the observation's own estimate (an EMA of each step's inverted rate), which the
-      learned table reads: on the shipped profile (``specrl compare --env surrogate``, 3
-      episodes) goodput read with it lost 1.4-3.1% of tokens/s on ramp, day, mixed and
-      bursts against this one, and a baseline gets its stronger form.
+      learned table reads: goodput reads worse with it (docs/baselines.md), and a baseline
+      gets its stronger form.
     * With nothing to measure from (staleness 1: no step drafted in
       :data:`~specrl.features.STALE_STEPS` steps, as at an episode's start) it drafts
       ``probe_k`` for one step to measure acceptance again.

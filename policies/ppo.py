@@ -43,12 +43,10 @@ PROBE = {"after_steps": 256, "k": 1}
 ``scope`` (``specrl export --probe-scope``: by default it probes only where the table drafts
 at its operating acceptance, see :data:`specrl.train.to_table.DEFAULT_PROBE_SCOPE`). A probe
 after K=0 costs more than its one step: the draft catches up on every token it skipped, for
-every row. In the surrogate on steady-128 (2 seeds), K=0 with a probe every 32 steps reached
-0.936x of plain decoding, below K=1 throughout (0.955x); every 256 steps, 0.994x. PPO trained
-with probes every 32 steps never chose K=0. Where the table's stale entry is K > 0 (small
-batches), the estimate is measured at once anyway. Before any step has drafted (an
-episode's start) the interval counts as passed, so the probe fires on the first step: a
-stale entry of K=0 once held 256 blind steps at each start, 1-4 rows included."""
+every row, so probes are rare (docs/training.md: the interval measured). Where the table's
+stale entry is K > 0 (small batches), the estimate is measured at once anyway. Before any
+step has drafted (an episode's start) the interval counts as passed, so the probe fires on
+the first step rather than after 256 blind steps."""
 _BATCH = OBS_NAMES.index("batch")
 _ACCEPTANCE = OBS_NAMES.index("acceptance")
 _STALENESS = OBS_NAMES.index("staleness")

@@ -35,6 +35,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.policies.engineer import (
@@ -255,10 +256,47 @@ def best_schedule(
 ) -> SearchResult:
     """Search ``fmt``'s class from ``starts`` (see the module); ``scorer`` holds the envs
     (workloads) and seeds it is judged on."""
-    from tqdm.auto import tqdm
-
     clock = time.perf_counter()
     played = (scorer.episodes, scorer.surrogate_s)
+    smoothed_starts = _smoothed_starts(fmt, scorer, starts)
+    scores = {name: s for name, (_, s) in smoothed_starts.items()}
+    start = max(scores, key=lambda n: scores[n])
+    floor = scores[start]
+    dense, score, moves = _local_search(
+        fmt, scorer, smoothed_starts[start][0].copy(), floor, progress
+    )
+    dense, score, smoothed, rises = _smooth(fmt, scorer, dense, score)
+    if score < floor:  # smoothing what the search added fell below the best start
+        dense, score = smoothed_starts[start][0].copy(), floor
+        _, _, _, rises = _smooth(fmt, scorer, dense, score)
+    _warn_below_off(fmt, scorer, dense, score)
+    with warnings.catch_warnings():  # the file's writer warns, with the operating point
+        warnings.simplefilter("ignore", SpecrlWarning)
+        config = fmt.write(dense)
+    served = fmt.read(config)
+    if not np.array_equal(served, dense):  # the writer must hold what was scored
+        raise SpecrlError(f"the {fmt.fmt} writer did not hold the searched schedule")
+    return SearchResult(
+        fmt=fmt.fmt,
+        dense=dense,
+        config=config,
+        score=score,
+        start=start,
+        starts=scores,
+        workloads=[workload_name(env) for env in scorer.envs],
+        seeds=scorer.seeds,
+        moves=moves,
+        rises=rises,
+        smoothed=smoothed,
+        evaluations=scorer.episodes - played[0],
+        surrogate_s=scorer.surrogate_s - played[1],
+        wall_s=time.perf_counter() - clock,
+    )
+
+
+def _smoothed_starts(fmt: StackFormat, scorer: Scorer, starts: dict) -> dict:
+    """Each start as the stack serves it, smoothed (a start holds no weak rise either):
+    ``{name: (dense, score)}``; the starts the format cannot write are left out."""
     expressed = {}
     for name, dense in starts.items():
         served = fmt.express(dense)
@@ -274,14 +312,16 @@ def best_schedule(
                 else "every start failed"
             )
         )
-    smoothed_starts = {}
-    for name, d in expressed.items():  # a start holds no weak rise either
+    out = {}
+    for name, d in expressed.items():
         d, s, _, _ = _smooth(fmt, scorer, d, scorer.score(d))
-        smoothed_starts[name] = (d, s)
-    scores = {name: s for name, (_, s) in smoothed_starts.items()}
-    start = max(scores, key=lambda n: scores[n])
-    floor = scores[start]
-    dense, score = smoothed_starts[start][0].copy(), floor
+        out[name] = (d, s)
+    return out
+
+
+def _local_search(fmt: StackFormat, scorer: Scorer, dense, score: float, progress: bool):
+    """Bucket by bucket, the best feasible move worth at least :data:`MIN_MOVE_GAIN`, for up
+    to :data:`MAX_PASSES` passes: ``(dense, score, moves kept)``."""
     buckets = search_buckets(fmt.max_batch)
     moves = 0
     bar = tqdm(desc=f"search {fmt.fmt}", total=MAX_PASSES * len(buckets), disable=not progress)
@@ -305,10 +345,11 @@ def best_schedule(
         if not changed:
             break
     bar.close()
-    dense, score, smoothed, rises = _smooth(fmt, scorer, dense, score)
-    if score < floor:  # smoothing what the search added fell below the best start
-        dense, score = smoothed_starts[start][0].copy(), floor
-        _, _, _, rises = _smooth(fmt, scorer, dense, score)
+    return dense, score, moves
+
+
+def _warn_below_off(fmt: StackFormat, scorer: Scorer, dense, score: float) -> None:
+    """Warn where speculation off, which the format cannot express, beats its best schedule."""
     off = scorer.score(np.zeros_like(dense))
     if not fmt.feasible(np.zeros_like(dense)) and off > score:
         warnings.warn(
@@ -317,30 +358,8 @@ def best_schedule(
             "speculation off at batch 1 (its smallest key's K is max_draft_len >= 1); serve "
             "without speculative decoding, or export --format vllm or sglang",
             category=SpecrlWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    with warnings.catch_warnings():  # the file's writer warns, with the operating point
-        warnings.simplefilter("ignore", SpecrlWarning)
-        config = fmt.write(dense)
-    served = fmt.read(config)
-    if not np.array_equal(served, dense):  # the writer must hold what was scored
-        raise SpecrlError(f"the {fmt.fmt} writer did not hold the searched schedule")
-    return SearchResult(
-        fmt=fmt.fmt,
-        dense=dense,
-        config=config,
-        score=score,
-        start=start,
-        starts=scores,
-        workloads=[workload_name(env) for env in scorer.envs],
-        seeds=scorer.seeds,
-        moves=moves,
-        rises=rises,
-        smoothed=smoothed,
-        evaluations=scorer.episodes - played[0],
-        surrogate_s=scorer.surrogate_s - played[1],
-        wall_s=time.perf_counter() - clock,
-    )
 
 
 def _neighbour_ks(dense, buckets, i: int, k_max: int) -> list[int]:

@@ -6,9 +6,9 @@ the policy it came from.
   provenance. The network reads exactly what the table indexes
   (:mod:`specrl.policies.ppo`), so nothing is collapsed but acceptance, into bins. With
   ``monotone``, each batch size's Ks are then made non-decreasing in the acceptance estimate
-  (:func:`specrl.table.build.monotone_in_acceptance`), weighted by how often the policy met each
-  cell in its own surrogate episodes (seeds from :data:`VISIT_SEED`, apart from the fidelity
-  check's): the fidelity check measures what that changed.
+  (:func:`specrl.table.build.monotone_in_acceptance`), weighted by how often the policy met
+  each cell in its own surrogate episodes (seeds from :data:`specrl.seeds.VISIT_SEED`, apart
+  from the fidelity check's): the fidelity check measures what that changed.
 * :func:`check_fidelity`: on held-out seeds of the surrogate, the share of visited states
   where the table's controller picks the policy's K, and the table's tokens/s over the
   policy's.
@@ -27,47 +27,27 @@ from pathlib import Path
 import numpy as np
 
 from specrl.errors import SpecrlError
+from specrl.seeds import HELD_OUT_SEED, VISIT_SEED
 from specrl.table import PROBE_SCOPES, KTable, check_acceptance, provenance
 from specrl.table.build import table_from_policy
 
 ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
 """Acceptance bins of an exported table: 0.01 wide. The fidelity check reports how often the
-binning changes the policy's K. Bins 0.02 wide matched a default run in 98.49% of visited
-states (its K=0/K=1 edge runs along the acceptance at 33-128 rows, where the estimate sits
-most of the time), 0.01 wide 99.59%, 0.005 wide 99.94%; 0.01 keeps the file at 14 KB."""
-FIDELITY_SEED = 20_000
-"""Check episode ``i`` is reset with ``FIDELITY_SEED + i``: seeds neither training nor the
-training-time evaluation (``eval_seed``, 10,000 by default) used."""
+binning changes the policy's K (docs/stacks.md: what finer and coarser bins cost)."""
+FIDELITY_SEED = HELD_OUT_SEED
+"""Check episode ``i`` is reset with ``FIDELITY_SEED + i`` (:mod:`specrl.seeds`)."""
 DEFAULT_PROBE_SCOPE = "operating"
 """The exported probe rule's ``scope``, with the table's operating acceptance (see
 :func:`checked_table`): probe only at batch sizes where the table has a K > 0 in some
 acceptance bin up to the one holding that acceptance. Training probes at every batch size
-(:data:`specrl.policies.ppo.PROBE`).
-Why the table differs. A probe after a long stretch at K=0 pays the draft's catch-up on every
-token that every row skipped, and on the prompts of every row admitted meanwhile. Where the
-policy runs off at every estimate (21-128 rows on the run below), a probe cannot change its
-K. Where it drafts only at estimates above the typical one (17-20 rows: from 0.81-0.97), it
-rarely does, while a stale estimate from the small batches before a burst (0.85-0.93) keeps
-inviting the probe. One table in the surrogate (``specrl compare --env surrogate --episodes 40
---seed 20000``, 2026-12-01; the "operating" acceptance 0.70), scope "all" -> "speculating" ->
-"operating":
-
-* tokens/s: ramp 262.8 -> 264.8 -> 265.2, day 376.8 -> 382.5 -> 383.1, bursts 367.7 ->
-  370.9 -> 371.1;
-* the lowest bucket / off: ramp 0.938 (65-128 rows) -> 0.975 (17-32) -> 0.994 (17-32), day
-  0.963 (65-128) -> 0.975 (17-32) -> 0.999 (17-32), bursts 0.987 (9-16) -> 0.877 (17-32)
-  -> 0.937 (9-16).
-
-On bursts the catch-up after each burst lands where drafting resumes: the oracle's lowest
-bucket there is 0.950 (65-128 rows). The fidelity check counts each probe
-the table skips (and the policy makes) as a mismatch."""
+(:data:`specrl.policies.ppo.PROBE`). A probe after a long stretch at K=0 pays the draft's
+catch-up on every token every row skipped; where the table runs off at every estimate, a
+probe cannot change its K, so the table skips it there (docs/stacks.md: the three scopes
+measured). The fidelity check counts each probe the table skips (and the policy makes) as a
+mismatch."""
 FIDELITY_EPISODES = 4
-"""Fidelity check episodes per evaluation workload. Why 4, not 2: one state where the table
-and the network differ can move the rest of an episode, so the tokens/s ratio over few
-episodes is noisy. A run whose table matched 99.7% of states read 0.9867x the policy's
-tokens/s over 2 episodes each (bursts 0.976x), and 0.9948x over 4 (2026-12-01)."""
-VISIT_SEED = 40_000
-"""First seed of the episodes whose visited cells weight the monotone export."""
+"""Fidelity check episodes per evaluation workload: one state where the table and the network
+differ can move the rest of an episode, so the ratio over fewer episodes is noisy."""
 UNVISITED_WEIGHT = 1e-3
 """A cell the policy never met counts this much against a visit: among the monotone tables
 that change the fewest visits, the one changing the fewest cells."""
