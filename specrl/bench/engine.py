@@ -137,6 +137,36 @@ def run_engine_benchmark(
     result = EngineBenchmark(
         list(batch_sizes), k_max, prompt_len, new_tokens, repeats, min_sample_s
     )
+    jobs = _jobs(pair, result, batch_sizes, k_max, prompt_len, new_tokens)
+    samples = _samples(jobs, repeats, min_sample_s, progress)
+    median = {key: statistics.median(v) for key, v in samples.items()}
+
+    def paired(num, den) -> float:
+        """Median over repeats of num / den measured in the same repeat."""
+        return statistics.median(a / b for a, b in zip(samples[num], samples[den], strict=True))
+
+    for batch in batch_sizes:
+        b = str(batch)
+        per_k = {str(k): median[(batch, k)] for k in range(k_max + 1)}
+        result.tokens_per_s[b] = per_k
+        result.hf_generate_tokens_per_s[b] = median[(batch, "hf")]
+        result.no_draft_tokens_per_s[b] = median[(batch, "nodraft")]
+        result.k0_vs_hf_generate[b] = paired((batch, 0), (batch, "hf"))
+        result.k0_draft_overhead[b] = paired((batch, "nodraft"), (batch, 0))
+        result.k_vs_k0[b] = {str(k): paired((batch, k), (batch, 0)) for k in range(k_max + 1)}
+    if 1 in batch_sizes:
+        b1 = result.tokens_per_s["1"]
+        best = max(b1, key=b1.get)
+        result.b1_best_k = int(best)
+    if 1 in batch_sizes and not result.hf_assisted_not_run:
+        result.hf_assisted_b1_tokens_per_s = median[(1, "assisted")]
+        result.b1_best_k_vs_hf_assisted = paired((1, int(best)), (1, "assisted"))
+    return result
+
+
+def _jobs(pair, result: EngineBenchmark, batch_sizes, k_max, prompt_len, new_tokens) -> list:
+    """``(batch, name, run)`` for every measurement: HF generate, the engine at each K, the
+    engine without its draft, and at batch 1 HF's assisted generation where it runs."""
     prompts = code_prompts(pair.tokenizer, max(batch_sizes), prompt_len)
     jobs = []
     for batch in batch_sizes:
@@ -162,7 +192,11 @@ def run_engine_benchmark(
             jobs.append(
                 (1, "assisted", lambda rows=rows: _hf_rate(pair, rows, new_tokens, assisted=True))
             )
+    return jobs
 
+
+def _samples(jobs: list, repeats: int, min_sample_s: float, progress: bool) -> dict:
+    """Each job's tokens/s in every repeat after a warm-up one: ``{(batch, name): [rate]}``."""
     samples: dict[tuple, list[float]] = {}
     runs_per_sample: dict[tuple, int] = {}
     bar = tqdm(total=len(jobs) * (repeats + 1), desc="bench engine", disable=not progress)
@@ -182,29 +216,7 @@ def run_engine_benchmark(
                 samples.setdefault((batch, name), []).append(len(rates) / sum(1 / r for r in rates))
             bar.update()
     bar.close()
-    median = {key: statistics.median(v) for key, v in samples.items()}
-
-    def paired(num, den) -> float:
-        """Median over repeats of num / den measured in the same repeat."""
-        return statistics.median(a / b for a, b in zip(samples[num], samples[den], strict=True))
-
-    for batch in batch_sizes:
-        b = str(batch)
-        per_k = {str(k): median[(batch, k)] for k in range(k_max + 1)}
-        result.tokens_per_s[b] = per_k
-        result.hf_generate_tokens_per_s[b] = median[(batch, "hf")]
-        result.no_draft_tokens_per_s[b] = median[(batch, "nodraft")]
-        result.k0_vs_hf_generate[b] = paired((batch, 0), (batch, "hf"))
-        result.k0_draft_overhead[b] = paired((batch, "nodraft"), (batch, 0))
-        result.k_vs_k0[b] = {str(k): paired((batch, k), (batch, 0)) for k in range(k_max + 1)}
-    if 1 in batch_sizes:
-        b1 = result.tokens_per_s["1"]
-        best = max(b1, key=b1.get)
-        result.b1_best_k = int(best)
-    if 1 in batch_sizes and not result.hf_assisted_not_run:
-        result.hf_assisted_b1_tokens_per_s = median[(1, "assisted")]
-        result.b1_best_k_vs_hf_assisted = paired((1, int(best)), (1, "assisted"))
-    return result
+    return samples
 
 
 def format_report(result: EngineBenchmark) -> str:

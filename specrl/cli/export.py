@@ -23,6 +23,7 @@ from specrl.train.to_table import (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    # Long: one declaration per option, in the order --help lists them.
     parser = sub.add_parser(
         "export",
         help="write a trained run's K table: native, or a vLLM, TensorRT-LLM or SGLang schedule",

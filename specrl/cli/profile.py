@@ -15,6 +15,7 @@ from specrl.errors import SpecrlError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    # Long: one declaration per option, in the order --help lists them.
     parser = sub.add_parser(
         "profile",
         help="measure step times and acceptance on this machine (a hardware profile)",

@@ -17,6 +17,7 @@ grid (ramp alone is mostly small batches and hides errors at the top)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    # Long: one declaration per option, in the order --help lists them.
     val = sub.add_parser(
         "validate-surrogate",
         help="compare surrogate and live tokens/s for baseline policies on three traces",
