@@ -8,6 +8,10 @@ Both are registered on ``import specrl``. Creating a live env loads models; impo
 The names below load their modules (and gymnasium) when first used, so the ``specrl``
 command line runs ``specrl profile`` and ``specrl bench engine``
 where gymnasium is not installed (a GPU machine that has only torch and transformers).
+
+:class:`TrainingEnv` (:mod:`specrl.envs.training`) is the MDP PPO trains on: a wrapper over
+either env that observes what an exported table indexes, applies its probe rule and pays a
+reward per batch size.
 """
 
 from __future__ import annotations
@@ -22,13 +26,17 @@ _WHERE = {
     "run_episode": "specrl.envs.rollout",
     "SurrogateSpecEnv": "specrl.envs.surrogate",
     "default_profile_path": "specrl.envs.surrogate",
+    "RateReference": "specrl.envs.training",
+    "TrainingEnv": "specrl.envs.training",
 }
 
 __all__ = [
     "OBS_NAMES",
     "EpisodeResult",
     "LiveSpecEnv",
+    "RateReference",
     "SurrogateSpecEnv",
+    "TrainingEnv",
     "default_profile_path",
     "run_episode",
 ]
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
     from specrl.envs.live import LiveSpecEnv
     from specrl.envs.rollout import EpisodeResult, run_episode
     from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
+    from specrl.envs.training import RateReference, TrainingEnv
 
 
 def __getattr__(name: str):

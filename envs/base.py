@@ -261,3 +261,14 @@ class SpecEnvBase(gym.Env):
 
     def _queued(self) -> int:
         raise NotImplementedError
+
+
+def observation_rows(obs) -> tuple[np.ndarray, bool]:
+    """``obs`` as ``[n_envs, 8]`` float64, and whether it was a single observation."""
+    arr = np.asarray(obs, dtype=np.float64)
+    if arr.ndim not in (1, 2) or arr.shape[-1] != len(OBS_NAMES):
+        raise SpecrlError(
+            f"expected an observation of shape ({len(OBS_NAMES)},) or (n_envs, "
+            f"{len(OBS_NAMES)}) with entries {', '.join(OBS_NAMES)}; got shape {arr.shape}"
+        )
+    return arr.reshape(-1, len(OBS_NAMES)), arr.ndim == 1

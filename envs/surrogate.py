@@ -32,7 +32,8 @@ class SurrogateSpecEnv(SpecEnvBase):
     """Speculative decoding with a per-step choice of K, simulated from a measured profile.
 
     Everything the agent sees and is paid is defined as in :class:`LiveSpecEnv`; only the
-    server differs.
+    server differs. PPO trains on it through :class:`~specrl.envs.training.TrainingEnv`, whose
+    observation, probe rule, reward and episode start are the training MDP's.
 
     ## Action Space
 
@@ -268,6 +269,24 @@ class SurrogateSpecEnv(SpecEnvBase):
 
     def _queued(self) -> int:
         return max(0, self._n + len(self._waiting) - self.max_batch)
+
+    @property
+    def running_rows(self) -> int:
+        """Rows decoding now: admitted and not finished (requests waiting are not counted)."""
+        return self._n
+
+    def catchup_owed_s(self) -> float:
+        """The median seconds of the catch-up the running rows owe the draft: what the next
+        step that drafts pays before it decodes; 0 when no row is more than 2 tokens behind."""
+        n = self._n
+        if n == 0:
+            return 0.0
+        lag = self._lag[:n]
+        behind = lag > 2
+        if not behind.any():
+            return 0.0
+        tokens = int(behind.sum()) * (int(lag[behind].max()) - 1)
+        return float(self._catchup_s[min(tokens, len(self._catchup_s) - 1)])
 
     def _admit(self) -> tuple[float, int, list[int], int]:
         """Move waiting requests into free rows, as the engine does: the prefill commits each

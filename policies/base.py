@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.envs.base import OBS_NAMES
+from specrl.envs.base import OBS_NAMES, observation_rows
 from specrl.errors import SpecrlError
 from specrl.features import NEVER_MEASURED, STALE_STEPS
 
@@ -23,17 +23,6 @@ STALENESS = OBS_NAMES.index("staleness")
 CONTEXT = OBS_NAMES.index("context")
 LAST_K = OBS_NAMES.index("last_k")
 LAST_ACCEPT = OBS_NAMES.index("last_accept")
-
-
-def observation_rows(obs) -> tuple[np.ndarray, bool]:
-    """``obs`` as ``[n_envs, 8]`` float64, and whether it was a single observation."""
-    arr = np.asarray(obs, dtype=np.float64)
-    if arr.ndim not in (1, 2) or arr.shape[-1] != len(OBS_NAMES):
-        raise SpecrlError(
-            f"expected an observation of shape ({len(OBS_NAMES)},) or (n_envs, "
-            f"{len(OBS_NAMES)}) with entries {', '.join(OBS_NAMES)}; got shape {arr.shape}"
-        )
-    return arr.reshape(-1, len(OBS_NAMES)), arr.ndim == 1
 
 
 def rows_in_batch(rows: np.ndarray, max_batch: int) -> np.ndarray:  # rows: [n_envs, 8]

@@ -1,28 +1,13 @@
 """A PPO model trained by ``specrl train``, as a K controller with SB3's ``predict``.
 
-The network reads what an exported table can index, and nothing more
-(:func:`policy_observation`):
-
-* ``log_batch``: ``log(B) / log(max_batch)``. The decision between speculating and not turns
-  on the batch size (on the shipped profile K > 0 pays at 16 rows or fewer, off at 32 or
-  more); in the env's ``batch / max_batch`` every size below 16 of 128 sits within 0.12 of
-  zero, too close for a small network to tell 1 from 4 from 8. The log spreads them evenly.
-* ``acceptance``: the acceptance estimate, 0 while it is stale.
-* ``stale``: 1 when no step has drafted for :data:`~specrl.features.STALE_STEPS` steps (as
-  at the start), else 0.
-
-The env observes more (queue, step time, context, last K, last step's acceptance), but a
-serving stack reads the policy as a table indexed by batch size and acceptance
-(:mod:`specrl.table`). A network that read the rest would have to be collapsed at some fixed
-value of each when exported, and the table would act differently from the policy that was
-evaluated. Reading only the table's indices makes ``specrl export`` exact up to the
-acceptance bins, which the fidelity check measures.
-
-The policy follows the table's probe rule (:data:`PROBE`): when it chooses K=0 and no step
-has drafted for ``after_steps`` steps, it drafts ``k`` for one step, so the acceptance
-estimate is measured again. Training applies the same rule, so the policy learns in the
-closed loop it is served in. ``predict`` counts the steps past ``STALE_STEPS`` itself, one
-count per env, restarted where ``episode_start`` is True.
+The network reads what an exported table can index, and nothing more: the three entries of
+:func:`specrl.envs.training.policy_observation` (``log_batch``, ``acceptance``, ``stale``),
+whose docstrings say why. It follows the table's probe rule
+(:data:`specrl.envs.training.PROBE`): when it chooses K=0 and no step has drafted for
+``after_steps`` steps, it drafts ``k`` for one step, so the acceptance estimate is measured
+again. Training applies the same rule, so the policy learns in the closed loop it is served
+in. ``predict`` counts the steps past ``STALE_STEPS`` itself, one count per env, restarted
+where ``episode_start`` is True.
 """
 
 from __future__ import annotations
@@ -31,58 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.envs.base import OBS_NAMES
+from specrl.envs.base import OBS_NAMES, observation_rows
+from specrl.envs.training import (
+    POLICY_OBS_NAMES,
+    apply_probe,
+    features,
+    policy_observation,
+)
 from specrl.errors import SpecrlError
 from specrl.features import NEVER_MEASURED
-from specrl.policies.base import KPolicy, _episode_starts, observation_rows, since_measured
+from specrl.policies.base import KPolicy, _episode_starts, since_measured
 
-POLICY_OBS_NAMES = ("log_batch", "acceptance", "stale")
-"""What the network reads, from the env's observation (see the module)."""
-PROBE = {"after_steps": 256, "k": 1}
-"""The probe rule of the policy and of its training; the table it exports to adds a
-``scope`` (``specrl export --probe-scope``: by default it probes only where the table drafts
-at its operating acceptance, see :data:`specrl.train.to_table.DEFAULT_PROBE_SCOPE`). A probe
-after K=0 costs more than its one step: the draft catches up on every token it skipped, for
-every row, so probes are rare (docs/training.md: the interval measured). Where the table's
-stale entry is K > 0 (small batches), the estimate is measured at once anyway. Before any
-step has drafted (an episode's start) the interval counts as passed, so the probe fires on
-the first step rather than after 256 blind steps."""
-_BATCH = OBS_NAMES.index("batch")
-_ACCEPTANCE = OBS_NAMES.index("acceptance")
 _STALENESS = OBS_NAMES.index("staleness")
-
-
-def features(batch, acceptance, stale, max_batch: int) -> np.ndarray:
-    """The network's input for batch sizes, acceptance estimates and stale flags (arrays of
-    one shape ``S``) -> ``[*S, 3]`` float32. The acceptance of a stale row reads 0."""
-    batch = np.clip(np.asarray(batch, dtype=np.float64), 1, max_batch)
-    stale = np.asarray(stale, dtype=bool)
-    log_batch = np.log(batch) / np.log(max_batch) if max_batch > 1 else batch * 0.0
-    acceptance = np.where(stale, 0.0, np.asarray(acceptance, dtype=np.float64))
-    return np.stack([log_batch, acceptance, stale.astype(np.float64)], axis=-1).astype(np.float32)
-
-
-def policy_observation(obs, max_batch: int) -> np.ndarray:
-    """The network's input (``[3]`` or ``[n_envs, 3]`` float32) from the env's observation
-    (``[8]`` or ``[n_envs, 8]``). On the training env's hot path: kept to a few array ops."""
-    arr = np.asarray(obs, dtype=np.float32)
-    if arr.ndim not in (1, 2) or arr.shape[-1] != len(OBS_NAMES):
-        observation_rows(arr)  # raises, naming the expected shape
-    return features(
-        np.rint(arr[..., _BATCH] * max_batch),
-        arr[..., _ACCEPTANCE],
-        arr[..., _STALENESS] >= 1.0,
-        max_batch,
-    )
-
-
-def apply_probe(k, since):
-    """:data:`PROBE` applied to chosen Ks (an int or an array) with ``since`` steps since a
-    step last drafted."""
-    if isinstance(k, int) and isinstance(since, int):  # the training envs' hot path
-        return PROBE["k"] if k == 0 and since >= PROBE["after_steps"] else k
-    probe = (np.asarray(k) == 0) & (np.asarray(since) >= PROBE["after_steps"])
-    return np.where(probe, PROBE["k"], k)
 
 
 class PPOPolicy(KPolicy):

@@ -192,7 +192,7 @@ def _acceptance_source(fingerprint: dict):
 
 def _train(profile_path: Path, options: DemoOptions, cache: Path):
     from specrl.train import TrainConfig, train
-    from specrl.train.run import latest_checkpoint
+    from specrl.train.checkpoint import latest_checkpoint
 
     digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
     run_dir = cache / f"ppo-{digest}-{options.timesteps}-b{options.max_batch}"

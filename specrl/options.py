@@ -153,7 +153,7 @@ def device(text: str) -> str:
 
 def workload_preset(text: str) -> str:
     """argparse type: a workload preset name (``steady-N`` for any N >= 1)."""
-    from specrl.workload.trace import PRESETS, is_preset
+    from specrl.workload.presets import PRESETS, is_preset
 
     if not is_preset(text):
         raise argparse.ArgumentTypeError(

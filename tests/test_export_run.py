@@ -14,9 +14,10 @@ from train_helpers import tiny
 from specrl.cli import main
 from specrl.controller import LookupController
 from specrl.envs import SurrogateSpecEnv
+from specrl.envs.training import PROBE
 from specrl.errors import SpecrlError
 from specrl.policies import LookupPolicy, make_policy
-from specrl.policies.ppo import PROBE, PPOPolicy
+from specrl.policies.ppo import PPOPolicy
 from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json
 from specrl.table.build import monotone_in_acceptance

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specrl.envs import SurrogateSpecEnv
+from specrl.profile.level_fit import _drift_statistics, fit_level_drift, simulate_requests
 from specrl.profile.levels import drift, grid_index, level_grid
-from specrl.profile.measure import _drift_statistics, fit_level_drift, simulate_requests
 from specrl.profile.synthetic import linear_profile
 from specrl.workload import preset_trace
 

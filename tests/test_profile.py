@@ -10,8 +10,16 @@ import numpy as np
 import pytest
 
 from specrl.errors import SpecrlError
-from specrl.profile import check_compatible, load_profile, measure, pair_fingerprint
-from specrl.profile.measure import conditional_rates, format_table, measure_profile
+from specrl.profile import (
+    check_compatible,
+    freshness,
+    load_profile,
+    measure,
+    pair_fingerprint,
+    timing,
+)
+from specrl.profile.acceptance import conditional_rates
+from specrl.profile.measure import format_table, measure_profile
 from specrl.profile.synthetic import expected_tokens_per_row, linear_profile
 
 
@@ -236,18 +244,16 @@ def test_check_compatible():
 
 
 def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
-    from specrl.profile import measure
-
     built = []
 
-    class Spy(measure._Cell):
+    class Spy(timing.TimingCell):
         def __init__(self, *args, batch, context, **kw):
             super().__init__(*args, batch=batch, context=context, **kw)
             built.append(self)
             self.key = (batch, context)
 
-    monkeypatch.setattr(measure, "_Cell", Spy)
-    monkeypatch.setattr(measure, "REPLICA_BATCH", 1)
+    monkeypatch.setattr(timing, "TimingCell", Spy)
+    monkeypatch.setattr(timing, "REPLICA_BATCH", 1)
     prof = measure_profile(
         micro_pair,
         k_max=2,
@@ -262,7 +268,7 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
     # REPLICA_BATCH) and one at batch 2; every timing cell stepped through every round.
     keys = [cell.key for cell in built]
     assert keys[0] == (2, 8)
-    assert sorted(keys[1:]) == sorted([(1, 8), (1, 40)] * measure.REPLICAS + [(2, 8), (2, 40)])
+    assert sorted(keys[1:]) == sorted([(1, 8), (1, 40)] * timing.REPLICAS + [(2, 8), (2, 40)])
     assert all(len(cell.samples) == 1 + 2 * 6 for cell in built[1:])  # catch-up + 2 rounds
     prof.save(tmp_path / "p.json")
     loaded = load_profile(tmp_path / "p.json")
@@ -293,13 +299,13 @@ def test_acceptance_sample_draws_workload_lengths_and_serves_every_request(micro
     """More requests than slots: continuous batching serves them all, deterministically."""
     import numpy as np
 
-    from specrl.profile.measure import _acceptance
+    from specrl.profile.acceptance import corpus_acceptance
     from specrl.workload.prompts import token_streams
 
     streams = token_streams(micro_pair.tokenizer, domains=("code",))
 
     def counts(seed, band="chat"):
-        counts, steps = _acceptance(
+        counts, steps = corpus_acceptance(
             micro_pair,
             streams,
             k_max=2,
@@ -328,7 +334,7 @@ def test_request_offsets_recover_levels_and_shrink_noise():
     spread at all (every request alike) the shrinkage pulls the noisy raw offsets to ~0."""
     import numpy as np
 
-    from specrl.profile.measure import request_offsets
+    from specrl.profile.level_fit import request_offsets
 
     rng = np.random.default_rng(0)
     base = [[0.6, 0.6]]  # one bucket, conditional 0.6 at both positions
@@ -484,7 +490,7 @@ def test_speed_matched_scales_step_times_by_the_checked_ratios():
 
 
 def test_cost_points_are_medians_made_non_decreasing():
-    from specrl.profile.measure import _monotone_points
+    from specrl.profile.tables import _monotone_points
 
     pairs = [(10, 0.010), (10, 0.012), (10, 0.500), (40, 0.009), (100, 0.020), (100, 0.022)]
     # Medians 0.012, 0.009, 0.021: the dip at 40 pools with 10 (weights 3 and 1).
@@ -494,7 +500,7 @@ def test_cost_points_are_medians_made_non_decreasing():
 
 
 def test_the_rest_of_a_k0_step_keeps_its_setup():
-    from specrl.profile.measure import rest_of_step
+    from specrl.profile.tables import rest_of_step
 
     step = {"total": 0.030, "verify": 0.025, "prefill": 0.002, "catchup": 0.0}
     # K=0: the "draft" interval is setup, and K=0 has no draft column: it stays in the rest.
@@ -574,7 +580,7 @@ def test_prefill_costs_run_from_0_tokens_through_the_measured_points():
 
 
 def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micro_pair):
-    from specrl.profile.measure import time_cells
+    from specrl.profile.timing import time_cells
     from specrl.workload.prompts import token_streams
 
     streams = token_streams(micro_pair.tokenizer)
@@ -588,12 +594,12 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
 
     # The same rows: every step at the same K, context and committed count.
     assert trajectory(both[2, 8]) == trajectory(alone[2, 8])
-    assert len(both[2, 8]) == 1 + measure.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
+    assert len(both[2, 8]) == 1 + timing.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
     other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8}).cells
     assert trajectory(other[2, 8]) != trajectory(alone[2, 8])
     # After each round: single admissions, then a group of each size, each a prefill then a
     # catch-up, charged by padded tokens (rows x the widest prompt).
-    sizes = [1] * measure.SMALL_ADMISSIONS + list(measure.GROUP_ADMISSIONS)
+    sizes = [1] * timing.SMALL_ADMISSIONS + list(timing.GROUP_ADMISSIONS)
     assert len(timed.admissions) == 2 * len(sizes)
     for rows, (prefill, catchup) in zip(sizes * 2, timed.admissions):
         assert rows <= prefill["prefill_tokens"] <= prefill["prefill_padded"]
@@ -626,9 +632,9 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
 
     def replay(pair, streams, keys, **kw):
         asked.append((list(keys), kw["reps"], kw["seed"], kw["warm_up"]))
-        return measure.TimedCells({key: timed[0].cells[key] for key in keys}, [])
+        return timing.TimedCells({key: timed[0].cells[key] for key in keys}, [])
 
-    monkeypatch.setattr(measure, "time_cells", replay)
+    monkeypatch.setattr(freshness, "time_cells", replay)
     report = check_freshness(profile, micro_pair)
     # The profile's own cells at its shortest prompt, its rounds, seed and warm-up.
     assert asked == [([(1, 8), (8, 8)], 2, 0, (8, 8))]
@@ -697,7 +703,7 @@ def test_a_profile_takes_acceptance_from_a_profile_of_the_same_weights(micro_pai
     tiny = {"batch_sizes": (1, 2), "contexts": (8, 40), "reps": 1, "progress": False}
     first = measure_profile(micro_pair, k_max=2, acceptance_rows=2, acceptance_tokens=24, **tiny)
     measured = []
-    monkeypatch.setattr(measure, "_acceptance", lambda *a, **k: measured.append(1))
+    monkeypatch.setattr(measure, "corpus_acceptance", lambda *a, **k: measured.append(1))
     second = measure_profile(
         micro_pair,
         k_max=2,
@@ -747,7 +753,7 @@ def _step(k: int, total: float, catchup: int = 0) -> dict:
 def test_cell_statistics_take_a_ks_own_spread_only_from_enough_steps():
     import math
 
-    from specrl.profile.measure import SPREAD_STEPS, cell_statistics
+    from specrl.profile.timing import SPREAD_STEPS, cell_statistics
 
     # K=0: SPREAD_STEPS steps alternating 10 and 12 ms; K=1: three steps 20, 20, 30 ms, and
     # a catch-up step that does not count.

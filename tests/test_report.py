@@ -286,7 +286,7 @@ def test_plot_k_over_time_draws_k_and_batch_on_the_serving_clock(report, tmp_pat
 
 def test_plot_training_reads_evaluations_objects_dicts_and_run_dirs(tmp_path):
     from specrl.train import TrainConfig
-    from specrl.train.run import Evaluation
+    from specrl.train.evaluate import Evaluation
 
     config = TrainConfig(
         out=str(tmp_path / "run"),

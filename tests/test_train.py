@@ -23,17 +23,18 @@ from train_helpers import assert_resumed_from, capture, crash_after, tiny
 from wandb_reader import read_run
 
 from specrl.envs import SurrogateSpecEnv
-from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.policies.ppo import PROBE, apply_probe, policy_observation
-from specrl.profile.synthetic import linear_profile
-from specrl.train import TrainConfig, latest_checkpoint, load_config, train
-from specrl.train.run import (
+from specrl.envs.training import (
+    PROBE,
     RateReference,
     TrainingEnv,
-    make_training_env,
-    new_reference,
+    apply_probe,
+    policy_observation,
     profile_reference,
 )
+from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.profile.synthetic import linear_profile
+from specrl.train import TrainConfig, latest_checkpoint, load_config, train
+from specrl.train.envs import make_training_env, new_reference
 from specrl.train.to_table import check_fidelity, table_from_run
 from specrl.workload import preset_trace, profile_workload_kwargs, temperature_band
 
@@ -109,7 +110,7 @@ def test_training_env_centres_each_step_at_the_rate_reached_at_its_batch_size(pr
         rho = before[rows]
         assert reward == pytest.approx((info["committed"] - rho * info["step_time_s"]) / rows)
         assert reference.rate(rows) != rho  # the step is added after its reward
-        full = SurrogateSpecEnv._get_obs(env)  # the env's own observation
+        full = SurrogateSpecEnv._get_obs(env.unwrapped)  # the env's own observation
         assert info["k"] == k  # fresh estimate: no probe
         assert obs[0] == pytest.approx(np.log(max(round(full[0] * 8), 1)) / np.log(8))
         assert obs[1] == pytest.approx(full[2]) and obs[2] == 0.0
@@ -125,7 +126,7 @@ def test_training_env_observation_is_policy_observation_of_the_envs_own(profile_
     obs, _ = env.reset(seed=1)
     seen_stale = seen_fresh = 0
     for step in range(2000):
-        want = policy_observation(SurrogateSpecEnv._get_obs(env), config.max_batch)
+        want = policy_observation(SurrogateSpecEnv._get_obs(env.unwrapped), config.max_batch)
         assert obs.dtype == want.dtype and obs.tolist() == want.tolist()
         seen_stale += int(obs[2] == 1.0)
         seen_fresh += int(obs[2] == 0.0)
@@ -174,8 +175,8 @@ def test_catchup_shaping_adds_the_discounted_change_of_the_debt_potential(profil
     gamma = config.gamma
     potentials = [shaped._potential()]
     for k in (2, 0, 0, 0, 0, 0, 3, 1):
-        rate_plain = plain.reference.rate(max(plain._batch_ahead(), 1))
-        assert shaped.reference.rate(max(shaped._batch_ahead(), 1)) == rate_plain
+        rate_plain = plain.reference.rate(max(plain.unwrapped._batch_ahead(), 1))
+        assert shaped.reference.rate(max(shaped.unwrapped._batch_ahead(), 1)) == rate_plain
         _, r_shaped, done, *_ = shaped.step(k)
         _, r_plain, *_ = plain.step(k)
         potentials.append(0.0 if done else shaped._potential())
@@ -241,7 +242,9 @@ def test_warm_start_floors_the_reference_at_the_teachers_decode_rates(tmp_path, 
     from stable_baselines3 import PPO
 
     from specrl.policies import make_policy
-    from specrl.train.run import WARM_START_SEED, surrogate_env, warm_start
+    from specrl.seeds import WARM_START_SEED
+    from specrl.train.envs import surrogate_env
+    from specrl.train.warm_start import warm_start
 
     config = tiny(tmp_path / "run", profile_path, warm_start_episodes=2)
     profile = linear_profile()
@@ -299,7 +302,7 @@ def test_a_version_1_run_is_refused_whole(tmp_path, profile_path):
 def test_the_floor_is_kept_by_a_surrogate_fine_tune_only_where_the_config_asks(
     tmp_path, profile_path
 ):
-    from specrl.train.run import floors_reference
+    from specrl.train.envs import floors_reference
 
     source = tmp_path / "source"
     train(tiny(source, profile_path, total_timesteps=256, eval_every=0), progress=False)
@@ -331,10 +334,10 @@ def test_training_env_draws_workloads_from_its_seeded_stream(profile_path):
     def drawn(seed: int) -> list[str]:
         env = make_training_env(config, linear_profile())
         env.reset(seed=seed)
-        names = [env.workload]
+        names = [env.unwrapped.workload]
         for _ in range(11):
             env.reset()
-            names.append(env.workload)
+            names.append(env.unwrapped.workload)
         return names
 
     assert drawn(5) == drawn(5)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from train_helpers import assert_resumed_from, capture, crash_after
 
+from specrl.envs.training import TrainingEnv as LiveTrainingEnv
 from specrl.errors import SpecrlError
 from specrl.profile.synthetic import linear_profile
-from specrl.train import TrainConfig, train
-from specrl.train.run import LiveTrainingEnv, latest_checkpoint
+from specrl.train import TrainConfig, latest_checkpoint, train
 
 
 @pytest.fixture

@@ -373,10 +373,10 @@ def test_check_of_a_preset_profile_loads_that_preset(micro_pair_paths, tmp_path,
 def test_profile_refuses_contexts_beyond_the_targets_positions(
     micro_pair_paths, tmp_path, capsys, monkeypatch
 ):
-    import specrl.profile.measure as measure
+    import specrl.profile.timing as timing
 
     timed = []
-    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "TimingCell", lambda *a, **k: timed.append(1))
     target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
     out = tmp_path / "p.json"
     argv = ["profile", "--target", target, "--draft", draft, "--acceptance-rows", "1"]
@@ -399,10 +399,10 @@ def test_profile_runs_contexts_that_fill_the_targets_positions_exactly(
 ):
     """496 + 16 = 512: the cell's engine is sized to the target's 512 positions, not past
     them, and no row's K is cut by that size (the engine stops K at the token budget)."""
-    import specrl.profile.measure as measure
+    import specrl.profile.timing as timing
 
     made, stepped = [], []
-    real_engine = measure._engine
+    real_engine = timing.build_engine
 
     def engine(pair, **kw):
         made.append(kw["max_len"])
@@ -417,7 +417,7 @@ def test_profile_runs_contexts_that_fill_the_targets_positions_exactly(
         e.step = spy
         return e
 
-    monkeypatch.setattr(measure, "_engine", engine)
+    monkeypatch.setattr(timing, "build_engine", engine)
     target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
     grid = ["--batch-sizes", "1", "--reps", "1", "--k-max", "2", "--contexts", "8,496"]
     out = tmp_path / "p.json"
@@ -427,8 +427,8 @@ def test_profile_runs_contexts_that_fill_the_targets_positions_exactly(
     assert max(made) == 512 and 8 + 16 + 4 in made  # room where the pair has it
     # Each replica's admission step, its catch-up at K=2, then one round of _round(2).
     cell = [(k, drafted) for max_len, k, drafted in stepped if max_len == 512]
-    replicas = measure.REPLICAS
-    assert sorted(k for k, _ in cell) == sorted([0, 2, *measure._round(2)] * replicas)
+    replicas = timing.REPLICAS
+    assert sorted(k for k, _ in cell) == sorted([0, 2, *timing._round(2)] * replicas)
     assert all(drafted == [k] for k, drafted in cell)
 
 
@@ -437,10 +437,10 @@ def test_profile_refuses_a_pair_too_short_for_the_corpus_before_timing(
 ):
     """The held-out corpus's acceptance pass draws prompts and outputs of up to 160 tokens
     each; a pair without room for both fails before the timing, not after it."""
-    import specrl.profile.measure as measure
+    import specrl.profile.timing as timing
 
     timed = []
-    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "TimingCell", lambda *a, **k: timed.append(1))
     target = tmp_path / "short-target"
     shutil.copytree(micro_pair_paths.target_path, target)
     config = json.loads((target / "config.json").read_text())
@@ -473,12 +473,12 @@ def test_profile_names_a_draft_with_fewer_positions_than_the_target(
 def test_profile_refuses_a_prompt_too_long_for_the_target_before_timing(
     micro_pair_paths, tmp_path, capsys, monkeypatch
 ):
-    import specrl.profile.measure as measure
+    import specrl.profile.timing as timing
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def f(x):"}\n{"prompt": "x = 1", "max_new_tokens": 1000}\n')
     timed = []
-    monkeypatch.setattr(measure, "_Cell", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "TimingCell", lambda *a, **k: timed.append(1))
     target, draft = micro_pair_paths.target_path, micro_pair_paths.draft_path
     argv = ["profile", "--target", target, "--draft", draft, "--prompts", str(prompts)]
     assert main([*argv, "--batch-sizes", "1", "--out", str(tmp_path / "o.json")]) == 2

@@ -21,7 +21,7 @@ from specrl.workload import (
     resolve_prompt,
 )
 from specrl.workload.prompts import token_streams
-from specrl.workload.trace import trace_from_json
+from specrl.workload.trace_file import trace_from_json
 
 
 def test_domains_match_the_corpus():
@@ -223,7 +223,7 @@ def test_preset_arguments_are_checked_naming_the_argument(kwargs, message):
 
 
 def test_an_open_loop_load_needs_a_rate():
-    from specrl.workload.trace import make_trace
+    from specrl.workload.presets import make_trace
 
     for load in ({"kind": "open"}, {"kind": "open", "rate_per_s": 0}):
         with pytest.raises(SpecrlError, match="open-loop load needs 'rate_per_s', a number > 0"):

@@ -9,7 +9,7 @@ from specrl import options
 from specrl.compare import compare_policies
 from specrl.errors import SpecrlError
 from specrl.files import check_output, write_json
-from specrl.workload.trace import PRESETS, is_preset
+from specrl.workload.presets import PRESETS, is_preset
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 
 from specrl import options
 from specrl.errors import SpecrlError
-from specrl.workload.trace import PRESETS, is_preset, preset_trace
+from specrl.workload.presets import PRESETS, is_preset, preset_trace
 
 
 def _preset(name: str) -> str:

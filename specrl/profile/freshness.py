@@ -10,12 +10,19 @@ refuse unless forced, when a cell is outside its tolerance (:func:`cell_toleranc
 
 from __future__ import annotations
 
+import copy
+import math
+import shlex
+import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.profile.costs import interp_linear
+from specrl.profile.timing import cell_statistics, clean_steps, time_cells
+from specrl.workload.prompts import token_streams
 
 TOLERANCE = 0.15
 """Largest accepted |measured / profile - 1| of a cell's step time: the tolerance of a profile
@@ -52,8 +59,6 @@ def remeasure_command(pair=None, prompts: str | None = None) -> str:
     """The ``specrl profile`` command that measures ``pair`` (a ``ModelPair``): ``--preset``
     for a default pair, ``--target``/``--draft`` for one loaded by path, and ``--prompts``
     where a profile was measured on a prompts file (paths shell-quoted)."""
-    import shlex
-
     cmd = "specrl profile"
     if pair is not None and getattr(pair, "preset", None):
         cmd += f" --preset {pair.preset}"
@@ -147,8 +152,6 @@ def profile_step_s(profile, batch_index: int, k: int, context: float) -> float:
     """The profile's step time (no prefill or catch-up) at grid batch ``batch_index`` and
     ``context`` tokens: linear in the measured contexts, extended past them, as the surrogate
     charges it (:class:`specrl.profile.costs.StepCosts`)."""
-    from specrl.profile.costs import interp_linear
-
     per_context = [profile.step_seconds(batch_index, k, c) for c in range(len(profile.contexts))]
     return float(interp_linear(np.array([float(context)]), profile.contexts, per_context)[0])
 
@@ -158,7 +161,7 @@ def check_freshness(
 ) -> FreshnessReport:
     """Time ``batches`` (default: :data:`CHECK_BATCHES` of ``profile``'s grid) at the profile's
     shortest prompt length with ``pair``, by the profile's own procedure
-    (:func:`specrl.profile.measure.time_cells`, its ``reps`` and ``seed``), and return every
+    (:func:`specrl.profile.timing.time_cells`, its ``reps`` and ``seed``), and return every
     K beside the profile's figure.
 
     A profile that records its cells (``cell_s``: its rows were cut from the held-out
@@ -167,11 +170,6 @@ def check_freshness(
     spread (:func:`cell_tolerance`). Any other profile (its rows from a prompts file, or from
     before cells were recorded) is compared at K=0 and K=k_max with its tables at the context
     the check timed (:func:`profile_step_s`), within :data:`TOLERANCE`."""
-    import time
-
-    from specrl.profile.measure import cell_statistics, clean_steps, time_cells
-    from specrl.workload.prompts import token_streams
-
     started = time.perf_counter()
     grid = profile.batch_sizes
     if batches is None:
@@ -232,9 +230,6 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     memory-bound K=0 step more than the K>0 steps; a live run set against a profile then
     measures the drift as much as the surrogate. Checks taken between the live episodes give
     the speed of those minutes (``specrl validate-surrogate`` reports both comparisons)."""
-    import copy
-    import math
-
     ratios = speed_ratios(reports)
     checked = sorted({b for b, _ in ratios})
     top = profile.k_max

@@ -29,18 +29,18 @@ one busy moment on a shared machine would drag a mean of three samples far off):
   open-ended).
 * ``request_levels[domain][band]``: sorted quantiles (at ``(i + 0.5) / n``) of the
   per-request acceptance level, a logit offset added to every conditional rate of the
-  request (see :func:`specrl.profile.measure.request_offsets`).
+  request (see :func:`specrl.profile.level_fit.request_offsets`).
 * ``level_drift[domain][band]`` (optional; absent: each request keeps one level throughout):
   ``{"per_token": phi, "scale": s, "shift": c}``. A request's level moves as it generates:
   it is ``s * Q(Phi(z)) + c`` with ``Q`` the quantiles of ``request_levels``, ``Phi`` the
   standard normal CDF and ``z`` a standard normal that keeps ``phi ** n`` of its value over
   ``n`` generated tokens (an AR(1) process: ``phi = 1`` is a fixed level, smaller drifts
   faster); see :mod:`specrl.profile.levels`. Fitted by
-  :func:`specrl.profile.measure.fit_level_drift`.
+  :func:`specrl.profile.level_fit.fit_level_drift`.
 * ``cell_s[b][k]`` and ``cell_spread[b][k]`` (optional, together): at the shortest context,
   the median seconds of the timing cells' clean decode steps (no admission, no catch-up)
   and their spread, the robust standard deviation of ``log(seconds / median)``
-  (:func:`specrl.profile.measure.cell_statistics`). The freshness check rebuilds those cells
+  (:func:`specrl.profile.timing.cell_statistics`). The freshness check rebuilds those cells
   row for row and compares its own medians with these, within a tolerance set by the
   spread (:mod:`specrl.profile.freshness`).
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
@@ -58,7 +58,8 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_json
-from specrl.workload.trace import SAMPLING_CONFIGS, check_known_keys, known_domains
+from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
+from specrl.workload.trace_file import check_known_keys
 
 PROFILE_FORMAT = "specrl-profile"
 OPTIONAL_FIELDS = ("meta", "cell_s", "cell_spread", "level_drift")
@@ -230,6 +231,36 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
             raise SpecrlError(f"{source}: missing field {name!r}")
     # A misspelt level_drift would otherwise simulate fixed levels unnoticed.
     check_known_keys(obj, ("format", "version", *Profile.__dataclass_fields__), source, "field")
+    shape = _check_grid(obj, source)
+    _check_times(obj, shape, source)
+    meta, bands = _check_acceptance(obj, obj["k_max"], source)
+    cell_s, cell_spread = obj.get("cell_s"), obj.get("cell_spread")
+    if (cell_s is None) != (cell_spread is None):
+        missing = "cell_spread" if cell_s is not None else "cell_s"
+        raise SpecrlError(
+            f"{source}: missing field {missing!r} (cell_s and cell_spread come together)"
+        )
+    if cell_s is not None:
+        _check_cells(cell_s, cell_spread, shape[:2], source)
+    drift = obj.get("level_drift")
+    if drift is not None:
+        _check_drift(drift, set(obj["acceptance"]), bands, f"{source}.level_drift")
+    if not isinstance(obj["fingerprint"], dict):
+        raise SpecrlError(f"{source}.fingerprint: expected an object")
+    if not isinstance(obj["acceptance_counts"], dict):
+        raise SpecrlError(f"{source}.acceptance_counts: expected an object")
+    return Profile(
+        **{name: obj[name] for name in names},
+        meta=dict(meta),
+        level_drift=drift,
+        cell_s=cell_s,
+        cell_spread=cell_spread,
+    )
+
+
+def _check_grid(obj, source: str) -> tuple[int, int, int]:
+    """``k_max``, ``batch_sizes`` and ``contexts``; returns the tables' shape (batch sizes,
+    K = 0..k_max, contexts)."""
     k_max = obj["k_max"]
     if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 0:
         raise SpecrlError(f"{source}.k_max: expected an integer >= 0, got {k_max!r}")
@@ -247,7 +278,13 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         b <= a for a, b in pairwise(contexts)
     ):
         raise SpecrlError(f"{source}.contexts: expected increasing numbers >= 0")
-    nb, nk, nc = len(batch_sizes), k_max + 1, len(contexts)
+    return len(batch_sizes), k_max + 1, len(contexts)
+
+
+def _check_times(obj, shape: tuple[int, int, int], source: str) -> None:
+    """The step-time tables of ``shape`` (batch sizes, K, contexts), the goodput table, and
+    the prefill and catch-up costs."""
+    nb, nk, nc = shape
     _check_array(obj["verify_s"], (nb, nk, nc), f"{source}.verify_s")
     _check_array(obj["draft_s"], (nb, nk, nc), f"{source}.draft_s")
     _check_array(obj["overhead_s"], (nb, nk), f"{source}.overhead_s")
@@ -263,6 +300,12 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         raise SpecrlError(f"{source}.verify_s[0][0]: plain decode times must be > 0")
     _check_points(obj["prefill"], f"{source}.prefill")
     _check_points(obj["catchup"], f"{source}.catchup")
+
+
+def _check_acceptance(obj, k_max: int, source: str) -> tuple[dict, list | None]:
+    """``acceptance``, ``acceptance_by_output`` and ``request_levels``, over the domains
+    ``meta`` allows (:func:`~specrl.workload.trace.known_domains`); returns ``meta`` and the
+    bands every domain has."""
     acceptance = obj["acceptance"]
     if not isinstance(acceptance, dict) or not acceptance:
         raise SpecrlError(
@@ -281,7 +324,12 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         for band, rates in by_band.items():
             _check_rates(rates, (k_max,), f"{where}.{band}")
     _check_by_output(obj["acceptance_by_output"], set(acceptance), bands, k_max, source)
-    levels = obj["request_levels"]
+    _check_levels(obj["request_levels"], acceptance, bands, source)
+    return meta, bands
+
+
+def _check_levels(levels, acceptance: dict, bands, source: str) -> None:
+    """``request_levels``: per domain of ``acceptance`` and band, sorted finite quantiles."""
     if not isinstance(levels, dict) or set(levels) != set(acceptance):
         raise SpecrlError(
             f"{source}.request_levels: expected the domains {sorted(acceptance)}, one list of "
@@ -304,36 +352,19 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
                 raise SpecrlError(
                     f"{where}.{band}: expected a non-empty sorted list of finite numbers"
                 )
-    cell_s, cell_spread = obj.get("cell_s"), obj.get("cell_spread")
-    if (cell_s is None) != (cell_spread is None):
-        missing = "cell_spread" if cell_s is not None else "cell_s"
+
+
+def _check_cells(cell_s, cell_spread, shape: tuple[int, int], source: str) -> None:
+    """``cell_s`` and ``cell_spread``, ``shape`` (batch sizes, K) each."""
+    _check_array(cell_s, shape, f"{source}.cell_s")
+    _check_array(cell_spread, shape, f"{source}.cell_spread")
+    if not all(v > 0 for row in cell_s for v in row):
+        raise SpecrlError(f"{source}.cell_s: step times must be > 0")
+    if max(max(row) for row in cell_spread) > MAX_TIME_LOG_SIGMA:
         raise SpecrlError(
-            f"{source}: missing field {missing!r} (cell_s and cell_spread come together)"
+            f"{source}.cell_spread: {max(max(row) for row in cell_spread)!r} is above "
+            f"{MAX_TIME_LOG_SIGMA}, not a measurement; measure the profile again"
         )
-    if cell_s is not None:
-        _check_array(cell_s, (nb, nk), f"{source}.cell_s")
-        _check_array(cell_spread, (nb, nk), f"{source}.cell_spread")
-        if not all(v > 0 for row in cell_s for v in row):
-            raise SpecrlError(f"{source}.cell_s: step times must be > 0")
-        if max(max(row) for row in cell_spread) > MAX_TIME_LOG_SIGMA:
-            raise SpecrlError(
-                f"{source}.cell_spread: {max(max(row) for row in cell_spread)!r} is above "
-                f"{MAX_TIME_LOG_SIGMA}, not a measurement; measure the profile again"
-            )
-    drift = obj.get("level_drift")
-    if drift is not None:
-        _check_drift(drift, set(acceptance), bands, f"{source}.level_drift")
-    if not isinstance(obj["fingerprint"], dict):
-        raise SpecrlError(f"{source}.fingerprint: expected an object")
-    if not isinstance(obj["acceptance_counts"], dict):
-        raise SpecrlError(f"{source}.acceptance_counts: expected an object")
-    return Profile(
-        **{name: obj[name] for name in names},
-        meta=dict(meta),
-        level_drift=drift,
-        cell_s=cell_s,
-        cell_spread=cell_spread,
-    )
 
 
 def load_profile(path: str | Path) -> Profile:

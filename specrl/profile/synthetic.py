@@ -6,6 +6,7 @@ Never ship one as a machine's profile; its fingerprint says ``device: "synthetic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from specrl.profile.schema import Profile
@@ -114,8 +115,6 @@ def linear_profile(
 
 def _normal_quantiles(n: int) -> list[float]:
     """Standard normal quantiles at ``(i + 0.5) / n`` (inverse CDF by bisection on erf)."""
-    import math
-
     out = []
     for i in range(n):
         p, lo, hi = (i + 0.5) / n, -8.0, 8.0

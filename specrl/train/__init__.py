@@ -4,21 +4,28 @@
 * :func:`train`: train, checkpoint, evaluate on held-out seeds, log to tensorboard and wandb.
 * :func:`latest_checkpoint`: the newest checkpoint of a run directory, validated.
 
-Importing this package is light: the training module (gymnasium, the envs) loads on first
-use of its names, and stable-baselines3 and wandb only when training starts.
+The training MDP itself is :class:`specrl.envs.training.TrainingEnv`. Importing this package
+is light: the training modules (gymnasium, the envs) load on first use of their names, and
+stable-baselines3 and wandb only when training starts.
 """
+
+import importlib
 
 from specrl.train.config import TrainConfig, load_config
 
-_RUN_NAMES = ("Checkpoint", "EvalResult", "TrainResult", "latest_checkpoint", "train")
+_WHERE = {
+    "Checkpoint": "specrl.train.checkpoint",
+    "latest_checkpoint": "specrl.train.checkpoint",
+    "EvalResult": "specrl.train.evaluate",
+    "TrainResult": "specrl.train.run",
+    "train": "specrl.train.run",
+}
 
 
 def __getattr__(name: str):
-    if name in _RUN_NAMES:
-        from specrl.train import run
-
-        return getattr(run, name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'specrl.train' has no attribute {name!r}")
 
 
-__all__ = ["TrainConfig", "load_config", *_RUN_NAMES]
+__all__ = ["TrainConfig", "load_config", *_WHERE]

@@ -457,7 +457,8 @@ def search_run(
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised."""
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
     from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
 
     config = load_config(run_dir)
@@ -497,7 +498,8 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
     benchmark at each concurrency gives, before it is served."""
     from specrl.policies.lookup import LookupPolicy
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
 
     config = load_config(run_dir)
     profile, _ = _load_run_profile(config)

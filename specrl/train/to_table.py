@@ -40,7 +40,7 @@ DEFAULT_PROBE_SCOPE = "operating"
 """The exported probe rule's ``scope``, with the table's operating acceptance (see
 :func:`checked_table`): probe only at batch sizes where the table has a K > 0 in some
 acceptance bin up to the one holding that acceptance. Training probes at every batch size
-(:data:`specrl.policies.ppo.PROBE`). A probe after a long stretch at K=0 pays the draft's
+(:data:`specrl.envs.training.PROBE`). A probe after a long stretch at K=0 pays the draft's
 catch-up on every token every row skipped; where the table runs off at every estimate, a
 probe cannot change its K, so the table skips it there (docs/stacks.md: the three scopes
 measured). The fidelity check counts each probe the table skips (and the policy makes) as a
@@ -88,7 +88,7 @@ def table_from_run(
     """
     _check_probe_scope(probe_scope)  # before the model loads
     from specrl.policies.ppo import PPOPolicy
-    from specrl.train.run import _load_run_profile
+    from specrl.train.envs import load_run_profile as _load_run_profile
 
     run_dir = Path(run_dir)
     config, steps = finished_run(run_dir, k_max)
@@ -173,9 +173,9 @@ def profile_acceptance(profile) -> float:
 
 
 def probe_rule(scope: str, acceptance: float | None, profile) -> dict:
-    """The exported probe rule: the policy's (:data:`specrl.policies.ppo.PROBE`) with
+    """The exported probe rule: the policy's (:data:`specrl.envs.training.PROBE`) with
     ``scope``; the scope "operating" probes at ``acceptance`` (None: the profile's mean)."""
-    from specrl.policies.ppo import PROBE
+    from specrl.envs.training import PROBE
 
     rule = {**PROBE, "scope": scope}
     if scope == "operating":
@@ -200,7 +200,8 @@ def visited_cells(
     from specrl.policies.base import ACCEPTANCE, STALENESS
     from specrl.policies.ppo import PPOPolicy
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
 
     config = load_config(run_dir)
     policy = PPOPolicy.load(run_dir)
@@ -319,7 +320,8 @@ def play_policy(
     from specrl.policies.base import ACCEPTANCE, STALENESS
     from specrl.policies.ppo import PPOPolicy
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
 
     config = load_config(run_dir)
     policy = PPOPolicy.load(run_dir)
@@ -364,7 +366,8 @@ def check_fidelity(
     from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
     from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
 
     config = load_config(run_dir)
     if table.k_max != config.k_max:

@@ -1,31 +1,34 @@
 """Workloads: seeded, replayable request traces (prompt domains, lengths, load patterns).
 
-See :mod:`specrl.workload.trace` for the trace format and the length distributions, and
+See :mod:`specrl.workload.trace` for the trace format and the length distributions,
+:mod:`specrl.workload.presets` for how traces are drawn and the named workloads,
+:mod:`specrl.workload.trace_file` for reading one back, and
 :class:`~specrl.workload.driver.TraceDriver` for how a trace is replayed.
 """
 
 from specrl.workload.driver import TraceDriver
-from specrl.workload.trace import (
-    DOMAINS,
+from specrl.workload.presets import (
     PRESETS,
-    SAMPLING_CONFIGS,
-    LengthDist,
-    Request,
-    Trace,
     bursts,
     day_cycle,
     is_preset,
-    load_trace,
     make_trace,
     mixed_day,
     preset_trace,
     profile_workload_kwargs,
     ramp,
-    resolve_prompt,
     steady,
-    temperature_band,
-    trace_from_json,
 )
+from specrl.workload.trace import (
+    DOMAINS,
+    SAMPLING_CONFIGS,
+    LengthDist,
+    Request,
+    Trace,
+    resolve_prompt,
+    temperature_band,
+)
+from specrl.workload.trace_file import load_trace, trace_from_json
 
 __all__ = [
     "DOMAINS",

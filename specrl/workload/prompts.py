@@ -15,7 +15,7 @@ def token_streams(
     """Each domain's held-out documents, tokenized and joined in order (separated by EOS when
     the tokenizer has one). ``documents``: a mapping or a function ``domain -> [text]``;
     default: ``specrl.models.corpus.held_out_documents``."""
-    if documents is None:
+    if documents is None:  # specrl.models imports torch; the workload package stays pure
         from specrl.models.corpus import held_out_documents as documents
     get = documents.__getitem__ if isinstance(documents, Mapping) else documents
     eos = getattr(tokenizer, "eos_token_id", None)

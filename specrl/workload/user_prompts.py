@@ -42,6 +42,7 @@ import numpy as np
 
 from specrl.errors import SpecrlError
 from specrl.files import DuplicateKeyError, unique_keys
+from specrl.workload.presets import preset_trace
 from specrl.workload.trace import (
     DEFAULT_OUTPUT_LENGTHS,
     SAMPLING_CONFIGS,
@@ -49,11 +50,9 @@ from specrl.workload.trace import (
     Request,
     Trace,
     check_domain_name,
-    check_known_keys,
-    preset_trace,
     temperature_band,
-    trace_from_json,
 )
+from specrl.workload.trace_file import check_known_keys, trace_from_json
 
 DEFAULT_DOMAIN = "user"
 """The domain of a prompt that names none."""
@@ -287,7 +286,7 @@ def prompts_trace(
     From the file: each request's domain, temperature and top_p, its prompt length (tokens of
     ``tokenizer``, the target's) and its ``max_new_tokens`` where the line gives one. From the
     workload ``preset`` drawn with ``seed`` and ``peak`` over the same number of requests
-    (:func:`~specrl.workload.trace.preset_trace`): the load pattern (closed-loop schedule, or
+    (:func:`~specrl.workload.presets.preset_trace`): the load pattern (closed-loop schedule, or
     open-loop Poisson arrivals for ``poisson``) and the output length of every request whose
     line gives none. ``prompt_lengths`` and ``output_lengths`` summarise the requests'
     lengths (:func:`fitted_lengths`). Offsets point into
