@@ -16,9 +16,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from args import arg, one_of, script_main
-
+from specrl.dataclass_cli import comma_list, one_of, script_main, value
 from specrl.files import write_json
 from specrl.options import (
     BATCH,
@@ -38,7 +38,12 @@ class Args:
     group ({exp_name}-surrogate-{workload}; the group itself with one workload)."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    workloads: tuple[str, ...] = arg(("ramp", "day", "bursts", "mixed"), workload_preset)
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = (
+        "ramp",
+        "day",
+        "bursts",
+        "mixed",
+    )
     """Workload presets, one comparison each."""
     policies: str = ""
     """Comma list of policies (specrl compare's names); empty: every baseline and the oracle."""
@@ -46,17 +51,17 @@ class Args:
     """A `specrl train` run to add as ppo:RUN."""
     table: str = ""
     """An exported K table to add as lookup:TABLE."""
-    episodes: int = arg(3, positive_int)
+    episodes: Annotated[int, value(positive_int)] = 3
     """Episodes per workload and policy (seeds seed..seed+episodes-1)."""
-    seed: int = arg(20_000, SEED)
+    seed: Annotated[int, value(SEED)] = 20_000
     """First seed: held out from training (0..), its evaluation (10,000) and warm start (30,000)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
-    max_batch: int = arg(128, BATCH)
+    max_batch: Annotated[int, value(BATCH)] = 128
     """Largest batch, and the workloads' peak concurrency."""
-    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
+    n_requests: Annotated[int, value(int_in(0, N_REQUESTS_MAX))] = 0
     """Requests per trace; 0: the preset's own."""
-    wandb: str = arg("offline", one_of(*WANDB_MODES))
+    wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
     """wandb mode: offline, online or disabled."""
 
 

@@ -19,9 +19,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from args import arg, one_of, script_main
-
+from specrl.dataclass_cli import comma_list, one_of, script_main, value
 from specrl.files import write_json
 from specrl.options import (
     BATCH,
@@ -45,35 +45,40 @@ class Args:
     """Name of the experiment: the wandb groups' prefix and the output directory's."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    presets: tuple[str, ...] = arg(("small", "small-draft3"), model_preset)
+    presets: Annotated[tuple[str, ...], comma_list(model_preset)] = ("small", "small-draft3")
     """Pairs to run, each with its own profile, run and table."""
-    batch_sizes: tuple[int, ...] = arg((1, 2, 4, 8, 16, 32, 64, 128), BATCH)
+    batch_sizes: Annotated[tuple[int, ...], comma_list(BATCH)] = (1, 2, 4, 8, 16, 32, 64, 128)
     """The profiles' batch grid."""
-    contexts: tuple[int, ...] = arg((16, 128, 256), int_in(2))
+    contexts: Annotated[tuple[int, ...], comma_list(int_in(2))] = (16, 128, 256)
     """The profiles' prompt lengths."""
-    reps: int = arg(3, positive_int)
+    reps: Annotated[int, value(positive_int)] = 3
     """Profile repetitions per cell."""
-    acceptance_rows: int = arg(384, positive_int)
+    acceptance_rows: Annotated[int, value(positive_int)] = 384
     """Requests per domain and temperature band for the profiles' acceptance."""
-    threads: int = arg(1, THREADS)
+    threads: Annotated[int, value(THREADS)] = 1
     """torch threads while profiling (the profile holds at this count)."""
-    total_timesteps: int = arg(50_000, positive_int)
+    total_timesteps: Annotated[int, value(positive_int)] = 50_000
     """PPO env steps per preset (PPO trains whole rollouts of n_envs x n_steps)."""
-    n_envs: int = arg(DEFAULT.n_envs, positive_int)
+    n_envs: Annotated[int, value(positive_int)] = DEFAULT.n_envs
     """Training envs stepped together."""
-    n_steps: int = arg(DEFAULT.n_steps, positive_int)
+    n_steps: Annotated[int, value(positive_int)] = DEFAULT.n_steps
     """Steps per env per rollout."""
-    batch_size: int = arg(DEFAULT.batch_size, int_in(2))
+    batch_size: Annotated[int, value(int_in(2))] = DEFAULT.batch_size
     """PPO minibatch size."""
-    workloads: tuple[str, ...] = arg(("ramp", "day", "bursts", "mixed"), workload_preset)
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = (
+        "ramp",
+        "day",
+        "bursts",
+        "mixed",
+    )
     """Workloads of the comparison."""
-    episodes: int = arg(2, positive_int)
+    episodes: Annotated[int, value(positive_int)] = 2
     """Comparison episodes per workload and policy."""
-    seed: int = arg(20_000, SEED)
+    seed: Annotated[int, value(SEED)] = 20_000
     """First seed of the comparison's traces (held out from training)."""
-    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
+    n_requests: Annotated[int, value(int_in(0, N_REQUESTS_MAX))] = 0
     """Requests per surrogate trace; 0: the preset's own."""
-    wandb: str = arg("offline", one_of(*WANDB_MODES))
+    wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
     """wandb mode: offline, online or disabled."""
 
 

@@ -21,9 +21,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from args import arg, script_main
-
+from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, positive_int, workload_preset
 
@@ -36,11 +36,16 @@ class Args:
     """A finished `specrl train` run (required)."""
     out: str = ""
     """Output directory; empty: RUN/engineer."""
-    workloads: tuple[str, ...] = arg(("ramp", "day", "mixed", "bursts"), workload_preset)
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = (
+        "ramp",
+        "day",
+        "mixed",
+        "bursts",
+    )
     """Workloads judged, one comparison each."""
-    episodes: int = arg(4, positive_int)
+    episodes: Annotated[int, value(positive_int)] = 4
     """Held-out episodes per workload and policy (seeds seed..seed+episodes-1)."""
-    seed: int = arg(20_000, SEED)
+    seed: Annotated[int, value(SEED)] = 20_000
     """First held-out seed: apart from training (0..), its evaluation (10,000), the warm
     start (30,000), the export's visits (40,000) and the tuning seeds (50,000)."""
     per_workload: bool = False
@@ -78,11 +83,12 @@ def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> d
 
 def run(args: Args) -> Path:
     from specrl.compare import compare_policies
+    from specrl.config import load_config
     from specrl.errors import SpecrlError
     from specrl.policies import make_policies
     from specrl.policies.engineer import tune_sweep_trtllm
-    from specrl.train.config import load_config
-    from specrl.train.run import _load_run_profile, surrogate_env
+    from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.envs import surrogate_env
     from specrl.train.to_table import checked_table
 
     if not args.run:

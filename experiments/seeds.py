@@ -23,9 +23,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from args import arg, one_of, script_main
-
+from specrl.dataclass_cli import comma_list, one_of, script_main, value
 from specrl.files import write_json
 from specrl.options import (
     BATCH,
@@ -52,35 +52,39 @@ class Args:
     """Name of the experiment: the wandb groups' prefix and the output directory's."""
     out: str = ""
     """Output directory; empty: runs/{exp_name}__{unix time}."""
-    seeds: tuple[int, ...] = arg((0, 1, 2), SEED)
+    seeds: Annotated[tuple[int, ...], comma_list(SEED)] = (0, 1, 2)
     """Training seeds, one run each."""
-    total_timesteps: int = arg(DEFAULT.total_timesteps, positive_int)
+    total_timesteps: Annotated[int, value(positive_int)] = DEFAULT.total_timesteps
     """Env steps per run."""
-    workloads: tuple[str, ...] = arg(DEFAULT.workloads, workload_preset)
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT.workloads
     """Training workload presets."""
-    eval_workloads: tuple[str, ...] = arg(("ramp", "day", "bursts"), workload_preset)
+    eval_workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = (
+        "ramp",
+        "day",
+        "bursts",
+    )
     """Workloads of the comparison (and of training's own evaluation)."""
-    episodes: int = arg(3, positive_int)
+    episodes: Annotated[int, value(positive_int)] = 3
     """Comparison episodes per workload and policy."""
-    compare_seed: int = arg(20_000, SEED)
+    compare_seed: Annotated[int, value(SEED)] = 20_000
     """First seed of the comparison's traces (held out from training and its evaluation)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
-    max_batch: int = arg(DEFAULT.max_batch, BATCH)
+    max_batch: Annotated[int, value(BATCH)] = DEFAULT.max_batch
     """Largest batch, and the workloads' peak concurrency."""
-    n_requests: int = arg(0, int_in(0, N_REQUESTS_MAX))
+    n_requests: Annotated[int, value(int_in(0, N_REQUESTS_MAX))] = 0
     """Requests per trace; 0: the preset's own."""
-    n_envs: int = arg(DEFAULT.n_envs, positive_int)
+    n_envs: Annotated[int, value(positive_int)] = DEFAULT.n_envs
     """Training envs stepped together."""
-    n_steps: int = arg(DEFAULT.n_steps, positive_int)
+    n_steps: Annotated[int, value(positive_int)] = DEFAULT.n_steps
     """Steps per env per rollout."""
-    batch_size: int = arg(DEFAULT.batch_size, int_in(2))
+    batch_size: Annotated[int, value(int_in(2))] = DEFAULT.batch_size
     """PPO minibatch size."""
-    net_arch: tuple[int, ...] = arg(DEFAULT.net_arch, positive_int)
+    net_arch: Annotated[tuple[int, ...], comma_list(positive_int)] = DEFAULT.net_arch
     """Hidden layer widths."""
-    eval_every: int = arg(DEFAULT.eval_every, nonnegative_int)
+    eval_every: Annotated[int, value(nonnegative_int)] = DEFAULT.eval_every
     """Env steps between training's held-out evaluations (0: the final one only)."""
-    wandb: str = arg("offline", one_of(*WANDB_MODES))
+    wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
     """wandb mode: offline, online or disabled."""
 
 
@@ -120,9 +124,9 @@ def train_or_continue(config: TrainConfig) -> str:
     checkpoint of a run stopped in ``config.out`` (started again where it stopped before its
     first one), or ``"reused"`` when that run finished.
     A run there made with other arguments (besides ``wandb``) is refused."""
+    from specrl.config import CHECKPOINT_DIR, CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
     from specrl.errors import SpecrlError
     from specrl.train import load_config, train
-    from specrl.train.config import CHECKPOINT_DIR, CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 
     run_dir = Path(config.out)
     if not (run_dir / CONFIG_FILE).is_file():

@@ -14,14 +14,9 @@ from specrl.policies.goodput import Goodput
 from specrl.policies.lookup import LookupPolicy
 from specrl.policies.oracle import Oracle
 from specrl.policies.ppo import PPOPolicy
-from specrl.policies.registry import (
-    VALID_FORMS,
-    default_policies,
-    make_policies,
-    make_policy,
-    parse_policies,
-)
+from specrl.policies.registry import default_policies, make_policies, make_policy
 from specrl.policies.schedule import CONTEXT_INFINITY, BatchSchedule
+from specrl.policy_names import VALID_FORMS, parse_policies
 
 __all__ = [
     "CONTEXT_INFINITY",

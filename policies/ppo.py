@@ -54,7 +54,12 @@ class PPOPolicy(KPolicy):
 
     @classmethod
     def load(
-        cls, run_dir: str | Path, *, max_batch: int | None = None, k_max: int | None = None
+        cls,
+        run_dir: str | Path,
+        *,
+        max_batch: int | None = None,
+        k_max: int | None = None,
+        config=None,
     ) -> PPOPolicy:
         """The policy of a ``specrl train`` run (``RUN_DIR/model.zip``: its best-evaluated
         model), on the CPU.
@@ -62,10 +67,11 @@ class PPOPolicy(KPolicy):
         :param max_batch: the env's ``max_batch``, if known: a run trained with another is
             refused (the observation scales the batch size by it).
         :param k_max: the env's ``k_max``, if known: a run trained with another is refused.
+        :param config: the run's config, where the caller loaded it already.
         """
-        from specrl.train.config import MODEL_FILE, load_config
+        from specrl.config import MODEL_FILE, load_config
 
-        config = load_config(run_dir)
+        config = load_config(run_dir) if config is None else config
         for name, wanted in (("max_batch", max_batch), ("k_max", k_max)):
             if wanted is not None and getattr(config, name) != wanted:
                 raise SpecrlError(

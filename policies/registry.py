@@ -14,17 +14,8 @@ from specrl.policies.fixed import BatchThreshold, FixedK
 from specrl.policies.goodput import Goodput
 from specrl.policies.oracle import Oracle
 from specrl.policies.schedule import BatchSchedule
+from specrl.policy_names import VALID_FORMS, split_spec
 from specrl.profile import Profile
-
-VALID_FORMS = (
-    "off (no speculation), fixed:K (K = 0..k_max every step), threshold:K:B (K up to batch "
-    "B, off above), threshold:tuned and sweep (the engineer's: tuned in the surrogate on "
-    "seeds from 50000), schedule:FILE (a vLLM, TensorRT-LLM or SGLang table, JSON), hf "
-    "(transformers' heuristic), ema (SGLang's adaptive), goodput (SmartSpec's goodput "
-    "model), oracle (surrogate only), ppo:RUN_DIR (a policy trained by `specrl train`), "
-    "lookup:TABLE.json (a table written by `specrl export`)"
-)
-_NO_ARGS = ("off", "sweep", "hf", "ema", "goodput", "oracle")
 
 
 def default_policies(k_max: int, *, surrogate: bool = True) -> list[str]:
@@ -35,18 +26,6 @@ def default_policies(k_max: int, *, surrogate: bool = True) -> list[str]:
     if k_max >= 1:
         names += [f"threshold:{k_max}:8", "threshold:tuned", "sweep", "hf", "ema", "goodput"]
     return names + (["oracle"] if surrogate else [])
-
-
-def parse_policies(text: str) -> list[str]:
-    """``"off,fixed:2,goodput"`` -> ``["off", "fixed:2", "goodput"]``, each checked for form
-    (ranges are checked by :func:`make_policy`, which knows the env). A schedule file's path
-    cannot hold a comma."""
-    specs = [part.strip() for part in text.split(",") if part.strip()]
-    if not specs:
-        raise SpecrlError(f"no policy given in {text!r}; valid: {VALID_FORMS}")
-    for spec in specs:
-        _split(spec)
-    return specs
 
 
 def make_policy(
@@ -62,7 +41,7 @@ def make_policy(
         another device or pair than this profile's.
     :param force: ``lookup``: use a table made for other hardware anyway, with a warning.
     """
-    kind, args = _split(spec)
+    kind, args = split_spec(spec)
     base = getattr(env, "unwrapped", env)
     try:
         k_max, max_batch, max_len = base.k_max, base.max_batch, base.max_len
@@ -133,22 +112,6 @@ def make_policies(
         if names.count(policy.name) > 1:
             policy.name = spec.strip()
     return policies
-
-
-def _split(spec: str) -> tuple[str, list[str]]:
-    """``(kind, args)`` of a well-formed ``spec``, else a SpecrlError listing the forms."""
-    kind, _, rest = spec.strip().partition(":")
-    if kind in ("schedule", "ppo", "lookup"):
-        args = [rest] if rest else []
-        wanted = 1
-    else:
-        args = rest.split(":") if rest else []
-        wanted = {"fixed": 1, "threshold": 2, **dict.fromkeys(_NO_ARGS, 0)}.get(kind)
-        if kind == "threshold" and args == ["tuned"]:
-            wanted = 1
-    if wanted is None or len(args) != wanted:
-        raise SpecrlError(f"unknown or malformed policy {spec!r}; valid: {VALID_FORMS}")
-    return kind, args
 
 
 def _bounded(spec: str, what: str, text: str, low: int, high: int | None) -> int:

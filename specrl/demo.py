@@ -26,13 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.compare import compare_policies, compare_surrogate
+from specrl.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
 from specrl.errors import SpecrlError
 from specrl.files import write_json
 from specrl.results import best_static
 from specrl.seeds import HELD_OUT_SEED
 from specrl.table import load_table
-from specrl.train.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
 from specrl.train.to_table import checked_table
+from specrl.train.trained import TrainedRun
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
 
@@ -336,7 +337,8 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
     written under ``run_dir``."""
     from specrl.train.search import STACK_FORMATS, search_run, searched_export
 
-    table, fidelity = checked_table(train_dir, progress=options.progress)
+    run = TrainedRun.load(train_dir)  # loaded once, for the table and the search
+    table, fidelity = checked_table(run, progress=options.progress)
     if not fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
     _say(_indent(fidelity.format()))
@@ -347,7 +349,7 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
     artifacts["K table (native)"] = str(native)
     failed: dict[str, SpecrlError] = {}
     searched = search_run(
-        train_dir,
+        run,
         table,
         list(STACK_FORMATS),
         acceptance=acceptance,

@@ -67,7 +67,7 @@ def int_in(low: int | None = None, high: int | None = None) -> Callable[[str], i
         return value
 
     convert.__name__ = "int"  # argparse names the type in a few messages of its own
-    convert.wanted = wanted  # for a comma list of them (experiments/args.py)
+    convert.wanted = wanted  # for a comma list of them (specrl.dataclass_cli)
     return convert
 
 

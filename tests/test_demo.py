@@ -39,9 +39,9 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     measured here at a tiny grid (batch 1-2, one repetition, 2 acceptance rows) and left in
     the demo's cache as an earlier demo leaves one, PPO for one rollout (2,048 steps), batches
     up to 2."""
+    from specrl.config import SUMMARY_FILE
     from specrl.profile import pair_fingerprint
     from specrl.profile.measure import measure_profile
-    from specrl.train.config import SUMMARY_FILE
 
     home = Path(micro_pair_paths.target_path).parents[2]  # HOME/pairs/micro/target
     monkeypatch.setenv("SPECRL_HOME", str(home))  # the demo builds nothing: it is built there

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import json
 import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 from train_helpers import tiny
 
+from specrl.dataclass_cli import parse
 from specrl.errors import SpecrlError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +35,19 @@ def load(name: str):
         sys.path.remove(str(REPO / "experiments"))
 
 
+def field_docs(cls) -> dict[str, str]:
+    """Each field's docstring (the string right below it in the class body), ``cls``'s own
+    and its dataclass parents'."""
+    docs = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, after in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
+                if isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+                    docs[node.target.id] = after.value.value
+    return docs
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_lists_every_field_with_its_docstring(script):
     done = subprocess.run(
@@ -40,9 +58,9 @@ def test_help_lists_every_field_with_its_docstring(script):
     )
     assert done.returncode == 0, done.stderr
     module = load(script)
-    from args import field_docs
-
-    for name, doc in field_docs(module.Args).items():
+    docs = field_docs(module.Args)
+    assert set(docs) == {f.name for f in dataclasses.fields(module.Args)}
+    for name, doc in docs.items():
         assert "--" + name.replace("_", "-") in done.stdout
         assert doc.split()[0] in done.stdout
     # The description is the docstring's whole first paragraph, not its first line.
@@ -52,15 +70,13 @@ def test_help_lists_every_field_with_its_docstring(script):
 
 def test_train_ppo_script_takes_one_env_live_unless_told():
     train_ppo = load("train_ppo")
-    assert train_ppo.config_from(train_ppo.parse_args(["--out", "r"])).n_envs == 8
-    live = train_ppo.config_from(train_ppo.parse_args(["--out", "r", "--env", "live"]))
+    assert parse(train_ppo.Args, ["--out", "r"]).config().n_envs == 8
+    live = parse(train_ppo.Args, ["--out", "r", "--env", "live"]).config()
     assert (live.env, live.n_envs) == ("live", 1)
-    two = train_ppo.parse_args(["--out", "r", "--env", "surrogate", "--n-envs", "2"])
-    assert train_ppo.config_from(two).n_envs == 2
+    two = parse(train_ppo.Args, ["--out", "r", "--env", "surrogate", "--n-envs", "2"])
+    assert two.config().n_envs == 2
     with pytest.raises(SpecrlError, match="n_envs must be 1"):
-        train_ppo.config_from(
-            train_ppo.parse_args(["--out", "r", "--env", "live", "--n-envs", "2"])
-        )
+        parse(train_ppo.Args, ["--out", "r", "--env", "live", "--n-envs", "2"]).config()
 
 
 def test_compare_script_writes_each_workloads_comparison(tmp_path):

@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 def surrogate(run_dir: Path, workload: str = "ramp") -> SurrogateSpecEnv:
-    from specrl.train.config import load_config
+    from specrl.config import load_config
 
     config = load_config(run_dir)
     return SurrogateSpecEnv(

@@ -785,11 +785,13 @@ def test_experiment_script_builds_the_same_config():
         import train_ppo
     finally:
         sys.path.remove(str(REPO / "experiments"))
-    args = train_ppo.parse_args(["--net-arch", "16,16", "--no-normalize-reward", "--seed", "4"])
-    config = train_ppo.config_from(args)
+    from specrl.dataclass_cli import parse
+
+    args = parse(train_ppo.Args, ["--net-arch", "16,16", "--no-normalize-reward", "--seed", "4"])
+    config = args.config()
     assert config.net_arch == (16, 16) and config.seed == 4
     assert config.out.startswith("runs/train_ppo__4__")
-    defaults = train_ppo.config_from(train_ppo.parse_args([]))
+    defaults = parse(train_ppo.Args, []).config()
     assert defaults.to_json() | {"out": ""} == TrainConfig().to_json() | {"out": ""}
     # Every option of `specrl train` is an option of the script, and reaches the config.
     import dataclasses
@@ -797,13 +799,12 @@ def test_experiment_script_builds_the_same_config():
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= {
         f.name for f in dataclasses.fields(train_ppo.Args)
     }
-    given = train_ppo.config_from(
-        train_ppo.parse_args(
-            ["--env", "live", "--n-envs", "1", "--init", "runs/a", "--n-requests", "12"]
-            + ["--max-len", "256", "--k-max", "3", "--eval-workloads", "ramp", "--eval-seed", "777"]
-            + ["--force-profile", "--torch-threads", "2", "--max-batch", "64"]
-        )
-    )
+    given = parse(
+        train_ppo.Args,
+        ["--env", "live", "--n-envs", "1", "--init", "runs/a", "--n-requests", "12"]
+        + ["--max-len", "256", "--k-max", "3", "--eval-workloads", "ramp", "--eval-seed", "777"]
+        + ["--force-profile", "--torch-threads", "2", "--max-batch", "64"],
+    ).config()
     assert (given.env, given.init, given.n_requests, given.max_len) == ("live", "runs/a", 12, 256)
     assert (given.k_max, given.eval_workloads, given.eval_seed) == (3, ("ramp",), 777)
     assert (given.force_profile, given.torch_threads, given.max_batch) == (True, 2, 64)

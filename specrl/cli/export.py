@@ -20,6 +20,7 @@ from specrl.train.to_table import (
     MIN_RATIO,
     checked_table,
 )
+from specrl.train.trained import TrainedRun
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -167,8 +168,9 @@ def run(args: argparse.Namespace) -> int:
             acceptance = table.provenance.get("operating_acceptance")
         fidelity = None
     else:
+        run = TrainedRun.load(args.run, args.k_max)  # loaded once, passed down
         table, fidelity = checked_table(
-            args.run,
+            run,
             k_max=args.k_max,
             acceptance=acceptance,
             check=not args.no_check,
@@ -191,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                 " nothing written. Pass --force to write it anyway"
             )
         if args.format == "native" and fidelity is not None:
-            report_against_engineer(args.run, table)
+            report_against_engineer(run, table)
     if args.format != "native" and acceptance is None:
         raise SpecrlError(
             f"--format {args.format} collapses the table over acceptance; give --acceptance A"
@@ -199,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     table = table_from_json(table.to_json(), source="the exported table")  # check it whole
     graphs = {} if args.cuda_graph_bs is None else {"cuda_graph_bs": args.cuda_graph_bs}
     if args.format != "native" and args.run and not args.no_search:
-        obj = searched_file(args, table, acceptance, graphs)
+        obj = searched_file(args, run, table, acceptance, graphs)
     else:
         if args.format != "native":
             why = "--no-search" if args.run else "a --table is converted as it is"
@@ -216,14 +218,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_against_engineer(run_dir, table: KTable) -> None:
+def report_against_engineer(run, table: KTable) -> None:
     """Print the table against the engineer's sweep on the tuning seeds, record it in the
     provenance (``against_engineer``), and warn where the table is below
     :data:`BELOW_ENGINEER` of it: the learned table's level depends on the training seed, and
     the stack exports hold the engineer's."""
     from specrl.train.search import against_engineer
 
-    versus = against_engineer(run_dir, table)
+    versus = against_engineer(run, table)
     table.provenance["against_engineer"] = versus
     print(
         f"against the engineer: the table {versus['table_tokens_per_s']:.1f} tokens/s, the "
@@ -241,7 +243,7 @@ def report_against_engineer(run_dir, table: KTable) -> None:
         )
 
 
-def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, graphs: dict):
+def searched_file(args: argparse.Namespace, run, table: KTable, acceptance: float, graphs: dict):
     """The file of the format's best schedule (:mod:`specrl.train.search`), its search
     recorded under ``specrl.chosen_by``."""
     from specrl.train.search import search_run, searched_export
@@ -253,7 +255,7 @@ def searched_file(args: argparse.Namespace, table: KTable, acceptance: float, gr
         )
     workloads = args.workload.split(",") if args.workload else None
     result = search_run(
-        args.run,
+        run,
         table,
         [args.format],
         acceptance=acceptance,

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
+import io
 import sys
 
-from specrl import options
+import tyro
+
+from specrl.config import CHECKPOINT_DIR, TrainConfig, load_config
+from specrl.dataclass_cli import Option, options, parse
+from specrl.errors import SpecrlError
+from specrl.files import read_json
+
+SHORT_FLAGS = {"total_timesteps": "--timesteps"}
+"""Fields ``specrl train`` also takes under a shorter flag than tyro's."""
+ON_RESUME = ("total_timesteps", "wandb")
+"""The settings ``--resume`` takes; every other one is fixed when a run starts."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from specrl.options import WANDB_MODES
-    from specrl.train.config import TrainConfig
-
     parser = sub.add_parser(
         "train",
         help="train the K controller with PPO on the surrogate",
@@ -22,8 +30,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "RUN_DIR/wandb; the best-evaluated model to RUN_DIR/model.zip (the last weights to "
         "last_model.zip) and the held-out evaluation "
         "(tokens/s against the best static K and the oracle) to RUN_DIR/summary.json.",
+        usage="specrl train (--out RUN_DIR | --resume RUN_DIR) [--config CONFIG.json] "
+        "[--no-progress] [TRAINING OPTIONS]",
+        add_help=False,
     )
-    parser.add_argument("--out", metavar="RUN_DIR", help="run directory of a new run")
+    parser.add_argument(
+        "-h", "--help", action=_Help, nargs=0, help="show this help message and exit"
+    )
     parser.add_argument(
         "--resume", metavar="RUN_DIR", help="continue this run from its newest checkpoint"
     )
@@ -33,109 +46,101 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a new run with every setting of this training config (a run's config.json, or "
         "one written with TrainConfig.save); the options given here override it",
     )
-    parser.add_argument(
-        "--timesteps",
-        type=options.positive_int,
-        default=None,
-        help=f"total env steps (default {TrainConfig.total_timesteps:,}: about 2.5 minutes on "
-        "2 cores; with --resume: the run's own unless given)",
-    )
-    parser.add_argument("--seed", type=options.SEED, default=None, help="default 0 (new runs only)")
-    parser.add_argument(
-        "--wandb", choices=WANDB_MODES, default=None, help="wandb mode (default offline)"
-    )
-    parser.add_argument(
-        "--profile", metavar="PROFILE.json", help="hardware profile (default: the shipped one)"
-    )
-    parser.add_argument(
-        "--env",
-        choices=("surrogate", "live"),
-        default=None,
-        help="train on the surrogate (default) or on the live engine (one env, slow)",
-    )
-    parser.add_argument(
-        "--init", metavar="RUN_DIR", help="start from this finished run's model (fine-tune)"
-    )
-    parser.add_argument(
-        "--n-requests",
-        type=options.N_REQUESTS,
-        default=None,
-        help="requests per training trace (default: the preset's own)",
-    )
-    parser.add_argument(
-        "--max-len",
-        type=options.positive_int,
-        default=None,
-        help=f"longest request, prompt plus output tokens (default {TrainConfig.max_len}; raise "
-        "it for a profile of long prompts)",
-    )
-    parser.add_argument(
-        "--preset",
-        type=options.model_preset,
-        default=None,
-        help="--env live: the default pair (small)",
-    )
-    parser.add_argument(
-        "--force-profile",
-        action="store_true",
-        help="--env live: accept a profile measured elsewhere, or stale",
-    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run)
-
-
-def config_from_args(args: argparse.Namespace):
-    """The TrainConfig ``args`` ask for, and whether it resumes a run."""
-    from specrl.errors import SpecrlError
-    from specrl.train.config import TrainConfig
-
-    if bool(args.out) == bool(args.resume):
-        which = "not both" if args.out else "one of them (--config sets the settings, not the run)"
-        raise SpecrlError(f"give --out RUN_DIR for a new run or --resume RUN_DIR, {which}")
-    changes = {"total_timesteps": args.timesteps, "wandb": args.wandb}
-    changes = {name: value for name, value in changes.items() if value is not None}
-    base = _base_config(args.config) if args.config else TrainConfig()
-    new_only = {
-        "seed": args.seed,
-        "profile": args.profile,
-        "env": args.env,
-        "init": args.init,
-        "n_requests": args.n_requests,
-        "max_len": args.max_len,
-        "preset": args.preset,
-        "force_profile": args.force_profile or None,
-    }
-    if args.out:
-        live_only = [
-            f"--{name.replace('_', '-')}"
-            for name in ("preset", "force_profile")
-            if new_only[name] is not None
-        ]
-        if live_only and (args.env or base.env) != "live":
-            verb, them = ("apply", "them") if len(live_only) > 1 else ("applies", "it")
-            raise SpecrlError(
-                f"{' and '.join(live_only)} {verb} to --env live only (the surrogate trains "
-                f"on the profile); add --env live or drop {them}"
+    for option in options(TrainConfig):
+        flags = option.flags + ((SHORT_FLAGS[option.field],) if option.field in SHORT_FLAGS else ())
+        for flag in flags:
+            parser.add_argument(
+                flag,
+                dest="settings",
+                action=_Setting,
+                option=option,
+                nargs=0 if option.is_flag else None,
+                type=None if option.spec is None else _checked(option.spec),
+                help=argparse.SUPPRESS,
             )
-        changes.update({name: value for name, value in new_only.items() if value is not None})
-        if changes.get("env") == "live":
-            changes["n_envs"] = 1
-        return dataclasses.replace(base, out=args.out, **changes), False
-    if args.config or any(value is not None for value in new_only.values()):
-        raise SpecrlError(
-            "--config, --seed, --profile, --env, --init, --n-requests, --max-len, --preset and "
-            "--force-profile are fixed when a run starts; --resume takes --timesteps and "
-            "--wandb only"
+    parser.set_defaults(func=run, settings=())
+
+
+class _Setting(argparse.Action):
+    """A TrainConfig option: kept as ``(field, tyro's tokens)`` in ``settings``, its value
+    already read by the field's spec (``type``), so a bad one is refused while the command
+    line is parsed."""
+
+    def __init__(self, *args, option: Option, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.option = option
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        tokens = [option_string] if self.option.is_flag else [self.option.flags[0], values]
+        namespace.settings = (*namespace.settings, (self.option.field, tokens))
+
+
+def _checked(spec):
+    """argparse type: ``text`` as given, once the field's spec reads it."""
+
+    def check(text: str) -> str:
+        spec.instance_from_str([text])
+        return text
+
+    check.__name__ = spec.metavar
+    return check
+
+
+class _Help(argparse.Action):
+    """``specrl train --help``: the command's own options, then TrainConfig's as tyro shows
+    them (each field's docstring)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        print(
+            "\ntraining options, one per TrainConfig field (--timesteps is --total-timesteps); "
+            "--resume takes --timesteps and --wandb only:"
         )
-    config = _resume_config(args.resume)
-    changes["out"] = args.resume
-    return TrainConfig.from_json({**config.to_json(), **changes}, source=args.resume), True
+        with contextlib.redirect_stdout(io.StringIO()) as shown:
+            with contextlib.suppress(SystemExit):
+                tyro.cli(TrainConfig, args=["--help"], prog="specrl train", description="")
+        print(shown.getvalue().split("\n\n", 1)[-1], end="")
+        parser.exit()
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
+    """The TrainConfig ``args`` ask for, and whether it resumes a run."""
+    given = dict(args.settings)  # field -> tokens; the last given wins
+    out = given["out"][1] if "out" in given else None
+    if bool(out) == bool(args.resume):
+        which = "not both" if out else "one of them (--config sets the settings, not the run)"
+        raise SpecrlError(f"give --out RUN_DIR for a new run or --resume RUN_DIR, {which}")
+    if args.resume:
+        fixed = ["--config"] * bool(args.config)
+        fixed += [tokens[0] for field, tokens in given.items() if field not in ON_RESUME]
+        if fixed:
+            raise SpecrlError(
+                "--config, --seed and every other training option but --timesteps and --wandb "
+                f"are fixed when a run starts; --resume takes --timesteps and --wandb only: "
+                f"drop {', '.join(fixed)}"
+            )
+        base = _resume_config(args.resume)
+        tokens = [t for tokens in given.values() for t in tokens] + ["--out", args.resume]
+        return parse(TrainConfig, tokens, default=base), True
+    base = _base_config(args.config) if args.config else TrainConfig()
+    env = given["env"][1] if "env" in given else base.env
+    flags = {tokens[0] for tokens in given.values()}
+    live_only = [flag for flag in ("--preset", "--force-profile") if flag in flags]
+    if live_only and env != "live":
+        verb, them = ("apply", "them") if len(live_only) > 1 else ("applies", "it")
+        raise SpecrlError(
+            f"{' and '.join(live_only)} {verb} to --env live only (the surrogate trains "
+            f"on the profile); add --env live or drop {them}"
+        )
+    if "env" in given and env == "live" and "n_envs" not in given:
+        given["n_envs"] = ["--n-envs", "1"]  # the live env is one engine
+    tokens = [t for tokens in given.values() for t in tokens]
+    return parse(TrainConfig, tokens, default=base), False
 
 
 def _base_config(path: str):
     """The TrainConfig in the JSON file ``path`` (``--config``)."""
-    from specrl.files import read_json
-    from specrl.train.config import TrainConfig
 
     obj = read_json(path, "training config", "give a run's config.json")
     return TrainConfig.from_json(obj, source=path)
@@ -144,9 +149,7 @@ def _base_config(path: str):
 def _resume_config(run_dir: str):
     """The config of the run's newest checkpoint (what it was training to when it stopped, a
     raised --timesteps included); config.json where there is no checkpoint to read."""
-    from specrl.errors import SpecrlError
-    from specrl.train.config import load_config
-    from specrl.train.run import latest_checkpoint
+    from specrl.train.checkpoint import latest_checkpoint
 
     try:
         return latest_checkpoint(run_dir).config
@@ -183,9 +186,7 @@ def interrupted_note(run_dir) -> str:
     """What a stopped run left behind, and how to go on."""
     from pathlib import Path
 
-    from specrl.errors import SpecrlError
-    from specrl.train.config import CHECKPOINT_DIR
-    from specrl.train.run import latest_checkpoint
+    from specrl.train.checkpoint import latest_checkpoint
 
     try:
         at = latest_checkpoint(run_dir).num_timesteps

@@ -7,6 +7,7 @@ import argparse
 from specrl import options
 from specrl.errors import SpecrlError
 from specrl.files import check_output, write_json
+from specrl.policy_names import parse_policies
 from specrl.workload import load_trace, preset_trace
 from specrl.workload.prompts import token_streams
 
@@ -124,7 +125,6 @@ def validate(args: argparse.Namespace) -> int:
 
     from specrl.envs.rollout import odd_rounds_note
     from specrl.models.pair import load_default_pair
-    from specrl.policies.registry import parse_policies
     from specrl.profile import load_profile, use_profile_threads
 
     if args.threads:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specrl.compare import ComparisonReport
+from specrl.config import CHECKPOINT_DIR, SUMMARY_FILE
 from specrl.errors import SpecrlError
 from specrl.files import read_json
 from specrl.table import KTable
-from specrl.train.config import CHECKPOINT_DIR, SUMMARY_FILE
 
 _DPI = 100
 

@@ -11,7 +11,7 @@ stable-baselines3 and wandb only when training starts.
 
 import importlib
 
-from specrl.train.config import TrainConfig, load_config
+from specrl.config import TrainConfig, load_config
 
 _WHERE = {
     "Checkpoint": "specrl.train.checkpoint",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.config import BEST_MODEL_FILE, TrainConfig
 from specrl.envs.training import RateReference
 from specrl.files import write_atomic
 from specrl.policies.ppo import PPOPolicy
 from specrl.train.checkpoint import model_bytes, save_checkpoint
-from specrl.train.config import BEST_MODEL_FILE, TrainConfig
 from specrl.train.evaluate import EvalResult, Evaluation
 from specrl.train.logs import log_to_wandb
 from specrl.train.state import (

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.files import check_header, read_json, write_atomic
-from specrl.train.config import (
+from specrl.config import (
     BEST_MODEL_FILE,
     CHECKPOINT_DIR,
     ENVS_FILE,
     MODEL_FILE,
     TrainConfig,
 )
+from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.files import check_header, read_json, write_atomic
 from specrl.train.state import SurrogateEpisodes, set_env_streams
 
 CHECKPOINT_FORMAT = "specrl-train-checkpoint"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.config import TrainConfig
 from specrl.envs.live import LiveSpecEnv
 from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
 from specrl.envs.training import RateReference, TrainingEnv, profile_reference
 from specrl.errors import SpecrlError
 from specrl.profile import Profile, load_profile
-from specrl.train.config import TrainConfig
 from specrl.workload import profile_workload_kwargs
 from specrl.workload.trace import DEFAULT_OUTPUT_LENGTHS, DEFAULT_PROMPT_LENGTHS
 

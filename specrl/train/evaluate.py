@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specrl.compare import best_static, summarize
+from specrl.config import TrainConfig
 from specrl.envs.rollout import run_episode
 from specrl.policies import make_policies
 from specrl.profile import Profile
-from specrl.train.config import TrainConfig
 from specrl.train.envs import surrogate_env
 
 

@@ -8,9 +8,9 @@ import sys
 import warnings
 from pathlib import Path
 
+from specrl.config import TrainConfig
 from specrl.errors import SpecrlWarning
 from specrl.report.dashboard import init_wandb
-from specrl.train.config import TrainConfig
 from specrl.train.evaluate import EvalResult
 
 

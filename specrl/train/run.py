@@ -16,13 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrl.envs.training import RateReference
-from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.files import write_atomic, write_json
-from specrl.profile import Profile
-from specrl.train.callbacks import RunState, make_callbacks, next_multiple
-from specrl.train.checkpoint import Checkpoint, latest_checkpoint, model_bytes, resume_model
-from specrl.train.config import (
+from specrl.config import (
     BEST_MODEL_FILE,
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -33,6 +27,12 @@ from specrl.train.config import (
     TrainConfig,
     load_config,
 )
+from specrl.envs.training import RateReference
+from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.files import write_atomic, write_json
+from specrl.profile import Profile
+from specrl.train.callbacks import RunState, make_callbacks, next_multiple
+from specrl.train.checkpoint import Checkpoint, latest_checkpoint, model_bytes, resume_model
 from specrl.train.envs import (
     check_request_lengths,
     floors_reference,
@@ -72,7 +72,7 @@ def train(config: TrainConfig, *, resume: bool = False, progress: bool = True, c
         surrogate's training envs, mid-episode: a resumed surrogate run trains exactly as the
         run would have had it never stopped. Live, the envs start fresh episodes from their
         saved random streams (see :func:`~specrl.train.checkpoint.resume_model`). Only
-        :data:`~specrl.train.config.RESUMABLE_CHANGES` may differ from the checkpoint's
+        :data:`~specrl.config.RESUMABLE_CHANGES` may differ from the checkpoint's
         config. Nothing is written before the checkpoint has been read and the model loaded.
     :param progress: show a progress bar.
     :param callbacks: more SB3 callbacks to run.

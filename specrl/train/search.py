@@ -57,6 +57,7 @@ from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, to_sg
 from specrl.table.stacks import export_file
 from specrl.table.trtllm import to_trtllm
 from specrl.table.vllm import to_vllm
+from specrl.train.trained import as_run
 
 SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 """Upper ends of the buckets the local search sets K in (then doubling past 128): the
@@ -456,16 +457,13 @@ def search_run(
     schedule is played once). ``acceptance`` is the operating acceptance of the plain
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised."""
-    from specrl.train.config import load_config
-    from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
     from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
 
-    config = load_config(run_dir)
-    profile, _ = _load_run_profile(config)
+    run = as_run(run_dir)
+    config = run.config
     names = list(workloads or config.workloads)
-    scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
-    visits = visited_cells(run_dir, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
+    scorer = Scorer([run.env(w) for w in names], tuning_seeds())
+    visits = visited_cells(run, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
     plain = collapsed(table, acceptance)
     weighted = visit_weighted(table, visits, acceptance)
     out = {}
@@ -497,14 +495,11 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
     surrogate, scored as the search scores: how the learned table stands against what a
     benchmark at each concurrency gives, before it is served."""
     from specrl.policies.lookup import LookupPolicy
-    from specrl.train.config import load_config
-    from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
 
-    config = load_config(run_dir)
-    profile, _ = _load_run_profile(config)
+    run = as_run(run_dir)
+    config = run.config
     names = list(workloads or config.workloads)
-    scorer = Scorer([surrogate_env(config, profile, w) for w in names], tuning_seeds())
+    scorer = Scorer([run.env(w) for w in names], tuning_seeds())
     bucket_k, _ = best_sweep(scorer, config.k_max, config.max_batch)
     engineer = scorer.score(sweep_dense(bucket_k, config.max_batch))
     mine = geometric_rate(

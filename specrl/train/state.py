@@ -97,7 +97,7 @@ class _OldTrainingEnv(Exception):
 
 class SurrogateEpisodes:
     """The surrogate training envs as they stand mid-episode, pickled into a checkpoint
-    (:data:`~specrl.train.config.ENVS_FILE`) and restored on resume, so that a resumed run
+    (:data:`~specrl.config.ENVS_FILE`) and restored on resume, so that a resumed run
     steps on exactly as the run would have had it never stopped.
 
     The envs are pickled whole, wrappers and all, but for two kinds of object, written as

@@ -19,7 +19,6 @@ stable-baselines3 and torch load with the run's model, inside functions.
 from __future__ import annotations
 
 import hashlib
-import json
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from specrl.errors import SpecrlError
 from specrl.seeds import HELD_OUT_SEED, VISIT_SEED
 from specrl.table import PROBE_SCOPES, KTable, check_acceptance, provenance
 from specrl.table.build import table_from_policy
+from specrl.train.trained import TrainedRun, as_run
 
 ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
 """Acceptance bins of an exported table: 0.01 wide. The fidelity check reports how often the
@@ -63,7 +63,7 @@ def _sha256(path: Path) -> str:
 
 
 def table_from_run(
-    run_dir: str | Path,
+    run_dir: TrainedRun | str | Path,
     *,
     k_max: int | None = None,
     acceptance_edges=ACCEPTANCE_EDGES,
@@ -87,15 +87,12 @@ def table_from_run(
         observed).
     """
     _check_probe_scope(probe_scope)  # before the model loads
-    from specrl.policies.ppo import PPOPolicy
-    from specrl.train.envs import load_run_profile as _load_run_profile
-
-    run_dir = Path(run_dir)
-    config, steps = finished_run(run_dir, k_max)
+    run = as_run(run_dir, k_max)
+    config, steps = run.config, run.steps
     if probe_acceptance is not None:
         check_acceptance(probe_acceptance, "probe_acceptance")
-    policy = PPOPolicy.load(run_dir)
-    profile, profile_path = _load_run_profile(config)
+    policy = run.policy
+    profile, profile_path = run.profile, run.profile_path
     edges = list(acceptance_edges)
     points = [(lo + hi) / 2 for lo, hi in zip(edges, edges[1:])]
     batches = np.arange(1, config.max_batch + 1)
@@ -111,14 +108,14 @@ def table_from_run(
         profile_fingerprint=fp,
         target_id=str(fp.get("target_id", "")),
         draft_id=str(fp.get("draft_id", "")),
-        run_id=str(run_dir.resolve()),
+        run_id=str(run.run_dir.resolve()),
         training_steps=steps,
         profile_path=str(profile_path),
         workloads=list(config.workloads),
     )
     weights = None
     if monotone:
-        visits = visited_cells(run_dir, edges, episodes=episodes, progress=progress)
+        visits = visited_cells(run, edges, episodes=episodes, progress=progress)
         prov["monotone_visits"] = int(visits.sum())
 
         def weights(batch: int, context: int) -> list[float]:
@@ -135,30 +132,6 @@ def table_from_run(
         monotone=monotone,
         monotone_weights=weights,
     )
-
-
-def finished_run(run_dir: Path, k_max: int | None = None):
-    """The config of the finished run at ``run_dir`` and its training steps; a run trained with
-    another ``k_max`` than asked (None: any), or one that has not finished, is refused."""
-    from specrl.train.config import SUMMARY_FILE, load_config
-
-    config = load_config(run_dir)
-    if k_max is not None and k_max != config.k_max:
-        raise SpecrlError(
-            f"{run_dir} was trained with k_max={config.k_max}, not {k_max}: its actions are "
-            f"Ks 0..{config.k_max}; export with --k-max {config.k_max} (or leave it out), or "
-            f"train a run with k_max={k_max} (`python experiments/train_ppo.py --k-max {k_max}` "
-            f"on a profile measured with --k-max {k_max} or more)"
-        )
-    try:
-        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
-        steps = int(summary["num_timesteps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise SpecrlError(
-            f"{run_dir}/{SUMMARY_FILE} is missing or unreadable: the run has not finished; "
-            f"continue it with `specrl train --resume {run_dir}`"
-        ) from None
-    return config, steps
 
 
 def _check_probe_scope(scope: str) -> None:
@@ -184,7 +157,7 @@ def probe_rule(scope: str, acceptance: float | None, profile) -> dict:
 
 
 def visited_cells(
-    run_dir: str | Path,
+    run_dir: TrainedRun | str | Path,
     acceptance_edges=ACCEPTANCE_EDGES,
     *,
     episodes: int = 2,
@@ -198,19 +171,14 @@ def visited_cells(
     from tqdm.auto import tqdm
 
     from specrl.policies.base import ACCEPTANCE, STALENESS
-    from specrl.policies.ppo import PPOPolicy
-    from specrl.train.config import load_config
-    from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
 
-    config = load_config(run_dir)
-    policy = PPOPolicy.load(run_dir)
-    profile, _ = _load_run_profile(config)
+    run = as_run(run_dir)
+    config, policy = run.config, run.policy
     inner = list(acceptance_edges)[1:-1]  # binned as the controller bins its estimate
     counts = np.zeros((config.max_batch + 1, len(inner) + 1))
     bar = tqdm(total=len(config.eval_workloads) * episodes, desc=desc, disable=not progress)
     for name in config.eval_workloads:
-        env = surrogate_env(config, profile, name)
+        env = run.env(name)
         for s in range(seed, seed + episodes):
             for obs, _, rows, _ in policy_steps(policy, env, s):
                 if rows > 0 and obs[STALENESS] < 1.0:
@@ -307,7 +275,7 @@ class PolicyRuns:
 
 
 def play_policy(
-    run_dir: str | Path,
+    run_dir: TrainedRun | str | Path,
     *,
     episodes: int = FIDELITY_EPISODES,
     seed: int = FIDELITY_SEED,
@@ -318,20 +286,15 @@ def play_policy(
     from tqdm.auto import tqdm
 
     from specrl.policies.base import ACCEPTANCE, STALENESS
-    from specrl.policies.ppo import PPOPolicy
-    from specrl.train.config import load_config
-    from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
 
-    config = load_config(run_dir)
-    policy = PPOPolicy.load(run_dir)
-    profile, _ = _load_run_profile(config)
+    run = as_run(run_dir)
+    config, policy = run.config, run.policy
     runs = PolicyRuns([seed + i for i in range(episodes)], {}, {}, [])
     bar = tqdm(
         total=len(config.eval_workloads) * episodes, desc="fidelity: policy", disable=not progress
     )
     for name in config.eval_workloads:
-        env = surrogate_env(config, profile, name)
+        env = run.env(name)
         runs.steps[name], runs.tokens[name] = [], [0, 0.0]
         for s in runs.seeds:
             steps = []
@@ -348,7 +311,7 @@ def play_policy(
 
 
 def check_fidelity(
-    run_dir: str | Path,
+    run_dir: TrainedRun | str | Path,
     table: KTable,
     *,
     episodes: int = FIDELITY_EPISODES,
@@ -365,24 +328,22 @@ def check_fidelity(
     from specrl.controller import LookupController
     from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
-    from specrl.train.config import load_config
-    from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
 
-    config = load_config(run_dir)
+    run = as_run(run_dir)
+    config = run.config
     if table.k_max != config.k_max:
         raise SpecrlError(
-            f"the table drafts up to K={table.k_max} but {run_dir} was trained with "
+            f"the table drafts up to K={table.k_max} but {run.run_dir} was trained with "
             f"k_max={config.k_max}; check a table exported from that run"
         )
     if policy_runs is None:
-        policy_runs = play_policy(run_dir, episodes=episodes, seed=seed, progress=progress)
+        policy_runs = play_policy(run, episodes=episodes, seed=seed, progress=progress)
     if list(policy_runs.steps) != list(config.eval_workloads):
         raise SpecrlError(
-            f"policy_runs hold the workloads {list(policy_runs.steps)}, but {run_dir} evaluates "
-            f"on {list(config.eval_workloads)}; play them with play_policy({str(run_dir)!r})"
+            f"policy_runs hold the workloads {list(policy_runs.steps)}, but {run.run_dir} "
+            f"evaluates on {list(config.eval_workloads)}; play them with "
+            f"play_policy({str(run.run_dir)!r})"
         )
-    profile, _ = _load_run_profile(config)
     total = matches = 0
     tokens = {"policy": 0, "table": 0}
     seconds = {"policy": 0.0, "table": 0.0}
@@ -393,7 +354,7 @@ def check_fidelity(
         disable=not progress,
     )
     for name in config.eval_workloads:
-        env = surrogate_env(config, profile, name)
+        env = run.env(name)
         mine = {"states": 0, "matches": 0, "table": [0, 0.0]}
         mine["policy"] = policy_runs.tokens[name]
         for s, steps in zip(policy_runs.seeds, policy_runs.steps[name]):
@@ -431,7 +392,7 @@ def check_fidelity(
 
 
 def checked_table(
-    run_dir: str | Path,
+    run_dir: TrainedRun | str | Path,
     *,
     k_max: int | None = None,
     acceptance: float | None = None,
@@ -447,17 +408,17 @@ def checked_table(
     "operating" looks) is ``acceptance`` if given, else the mean acceptance estimate the
     policy saw in the check's episodes (played first; without ``check`` they are still played
     for it, but not the table's), else the profile's mean acceptance."""
-    finished_run(Path(run_dir), k_max)  # refuse before any episode is played
+    run = as_run(run_dir, k_max)  # refuse before any episode is played
     if acceptance is not None:
         acceptance = check_acceptance(acceptance, "--acceptance")
     _check_probe_scope(probe_scope)
     runs = None
     if check or acceptance is None:
-        runs = play_policy(run_dir, episodes=episodes, progress=progress)
+        runs = play_policy(run, episodes=episodes, progress=progress)
         if acceptance is None and runs.fresh:
             acceptance = round(runs.mean_acceptance, 4)
     table = table_from_run(
-        run_dir,
+        run,
         k_max=k_max,
         monotone=monotone,
         progress=progress,
@@ -465,12 +426,10 @@ def checked_table(
         probe_acceptance=acceptance,
     )
     if acceptance is None:
-        from specrl.profile import load_profile
-
-        acceptance = profile_acceptance(load_profile(table.provenance["profile_path"]))
+        acceptance = profile_acceptance(run.profile)
     fidelity = None
     if check:
-        fidelity = check_fidelity(run_dir, table, progress=progress, policy_runs=runs)
+        fidelity = check_fidelity(run, table, progress=progress, policy_runs=runs)
         table.provenance["fidelity"] = fidelity.to_json()
     table.provenance["operating_acceptance"] = acceptance
     return table, fidelity

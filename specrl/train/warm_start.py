@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrl.config import TrainConfig
 from specrl.envs.training import RateReference, decode_part, policy_observation
 from specrl.policies import make_policy
 from specrl.profile import Profile
 from specrl.seeds import WARM_START_SEED
-from specrl.train.config import TrainConfig
 from specrl.train.envs import surrogate_env
 
 CLONE_BATCH = 256

@@ -22,10 +22,26 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Annotated
 
+from specrl.dataclass_cli import comma_list, one_of, optional, value
 from specrl.errors import SpecrlError
 from specrl.files import check_header, read_json, write_json
-from specrl.options import WANDB_MODES
+from specrl.options import (
+    BATCH,
+    K_MAX,
+    N_REQUESTS,
+    SEED,
+    THREADS,
+    WANDB_MODES,
+    float_in,
+    int_in,
+    model_preset,
+    nonnegative_int,
+    positive_int,
+    workload_preset,
+)
+from specrl.policy_names import parse_policies
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -60,62 +76,61 @@ RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out", "checkpoint_every")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One PPO training run on the surrogate; every field is checked when it is made."""
+    """One PPO training run on the surrogate; every field is checked when it is made. Each field
+    is also an option of ``specrl train`` and ``experiments/train_ppo.py`` (read through
+    :mod:`specrl.dataclass_cli`), its docstring the option's help."""
 
     out: str = "runs/ppo"
     """Run directory: checkpoints, logs, the models (see the module) and summary.json go there."""
-    total_timesteps: int = 200_000
-    """Env steps to train for, over all envs (a resumed run continues up to it). The default
-    took 2.5 minutes on a 2-core machine (about 1,500 steps/s, evaluations included)."""
-    seed: int = 0
+    total_timesteps: Annotated[int, value(positive_int)] = 200_000
+    """Env steps to train for, over all envs. A resumed run continues up to it."""
+    seed: Annotated[int, value(SEED)] = 0
     """Seeds the model, the global RNGs and training env ``i`` (``seed + i``); each env then
     draws every episode's workload and trace from its own stream."""
-    env: str = "surrogate"
+    env: Annotated[str, value(one_of("surrogate", "live"))] = "surrogate"
     """Where PPO trains: "surrogate" (SurrogateSpec-v0, thousands of steps/s) or "live"
     (LiveSpec-v0: the real engine on this machine, one env, its measured step times). The
     held-out evaluation runs in the surrogate either way."""
-    preset: str = "small"
+    preset: Annotated[str, value(model_preset)] = "small"
     """The default pair the live env serves with (env="live")."""
     init: str | None = None
     """A finished run to start from (its model.zip) instead of a new network: fine-tuning a
     surrogate-trained policy live. The warm start is skipped."""
     force_profile: bool = False
     """env="live": use a profile measured elsewhere, or stale, with a warning."""
-    workloads: tuple[str, ...] = DEFAULT_WORKLOADS
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
-    n_requests: int | None = None
+    n_requests: Annotated[int | None, optional(N_REQUESTS)] = None
     """Requests per preset trace; None: the preset's own (``4 x`` its peak concurrency for
     the closed-loop presets)."""
     profile: str | None = None
     """Hardware profile JSON; None: the one shipped with specrl."""
-    max_batch: int = 128
+    max_batch: Annotated[int, value(BATCH)] = 128
     """Largest number of rows a step decodes (also the workloads' peak concurrency)."""
-    max_len: int = 384
-    """Longest request, prompt plus output tokens."""
-    k_max: int = 4
+    max_len: Annotated[int, value(positive_int)] = 384
+    """Longest request, prompt plus output tokens (raise it for a profile of long prompts)."""
+    k_max: Annotated[int, value(K_MAX)] = 4
     """Largest K; actions are 0..k_max (0: speculation off)."""
-    n_envs: int = 8
+    n_envs: Annotated[int, value(positive_int)] = 8
     """Training envs stepped together (a DummyVecEnv: one process)."""
-    n_steps: int = 256
+    n_steps: Annotated[int, value(positive_int)] = 256
     """Steps per env per PPO rollout; a rollout is ``n_steps * n_envs`` steps."""
-    batch_size: int = 256
+    batch_size: Annotated[int, value(int_in(2))] = 256
     """PPO minibatch size."""
-    n_epochs: int = 10
+    n_epochs: Annotated[int, value(positive_int)] = 10
     """Passes over each rollout per update."""
-    gamma: float = 0.99
+    gamma: Annotated[float, value(float_in(0.0, 1.0, low_open=True))] = 0.99
     """Discount per step. K looks myopic, but turning speculation on after K=0 steps costs a
-    draft catch-up that later steps at K > 0 repay. After 150k steps with these settings,
-    0.99 reached 1.042x the best static K on the held-out workloads and 0.9 1.021x (one run
-    each)."""
-    gae_lambda: float = 0.95
+    draft catch-up that later steps at K > 0 repay, so the return looks many steps ahead."""
+    gae_lambda: Annotated[float, value(float_in(0.0, 1.0, low_open=True))] = 0.95
     """GAE lambda."""
-    ent_coef: float = 0.01
+    ent_coef: Annotated[float, value(float_in(0.0, 1.0))] = 0.01
     """Entropy bonus: keeps every K tried while the per-step differences are small."""
-    learning_rate: float = 3e-4
+    learning_rate: Annotated[float, value(float_in(0.0, 1.0, low_open=True))] = 3e-4
     """Adam learning rate (constant)."""
-    net_arch: tuple[int, ...] = (64, 64)
+    net_arch: Annotated[tuple[int, ...], comma_list(positive_int)] = (64, 64)
     """Hidden layer widths of the policy and value networks (separate networks)."""
-    reward_reference: str = "batch"
+    reward_reference: Annotated[str, value(one_of("batch", "workload"))] = "batch"
     """Whose rate a step's seconds are charged at: "batch" (the rate reached at the step's
     batch size, reward divided by the batch size) or "workload" (the rate reached on the
     episode's workload, every second of an episode charged alike, reward divided by
@@ -125,7 +140,7 @@ class TrainConfig:
     ``Phi(s) = -rho(B) / B * catchup_seconds(rows behind, widest lag)``, the reward plus
     ``gamma * Phi(s') - Phi(s)``. Without it a catch-up is charged whole to the step that
     drafts again, often at a smaller batch, where ``rho(B) / B`` weighs a second up to 30x
-    more than at 128 rows where the K=0 steps ran; K=0 at large batches then looked bad.
+    more than at 128 rows where the K=0 steps ran; K=0 at large batches then looks bad.
     Shaping by a potential keeps the optimal policy; it charges each K=0 step the growth of
     the debt at the batch size it ran at."""
     warm_start: str = "oracle"
@@ -134,54 +149,45 @@ class TrainConfig:
     controller visits, ``warm_start_episodes`` episodes of each training workload. Why: K=0
     pays at large batches only when held, because the step after K=0 that drafts again pays
     the draft's catch-up on every skipped token. PPO explores one step at a time, each K=0
-    among K>0 steps looks bad, and a run from scratch never chose K=0 (0.94-0.96x of off at
-    33-128 rows). The oracle holds K=0 where it pays; PPO then improves on it (it is
-    myopic)."""
+    among K>0 steps looks bad, and a run from scratch rarely learns K=0. The oracle holds K=0
+    where it pays; PPO then improves on it (the oracle is myopic)."""
     reference_floor: bool = True
     """With a warm start, ``reward_reference="batch"`` and env="surrogate" (a live run keeps no
     floor; a fine-tune keeps its source run's only where all three hold): the reference never
     reads below the decode tokens/s the warm start's teacher reached at each batch size (where
     it ran 32 steps or more). Why: the reference follows the rate of the *exploring* policy,
-    which at 128 rows sat below both K=0 and K=1, and a reference below the best rate pays for
-    long steps: K=1 out-earned K=0 there, and K=0 was unlearned. With the floor (and the prefill
-    left out of the rates), K=0 at 33-128 rows survived 200k steps in 2 of 3 seeds, and the
-    exported tables reached 1.020-1.036x the best static K on bursts over three seeds
-    (0.993-1.014x before); without it (seeds 0, 1) K=0 was gone by 51k steps."""
-    warm_start_episodes: int = 4
+    which at large batches can sit below both K=0 and K=1, and a reference below the best rate
+    pays for long steps: K=1 out-earns K=0 there, and K=0 is unlearned. The floor keeps the
+    reference at a rate the policy has shown it can reach."""
+    warm_start_episodes: Annotated[int, value(positive_int)] = 4
     """Episodes of each training workload the warm start's teacher plays (its states are
-    what the network imitates). Why 4 (and 60 epochs, not 1 and 20): the oracle's choice
-    flips between 20 and 33 rows (K=1 at 20 rows, off at 29-33 at the same estimates), and
-    one episode per workload holds a few dozen states there; the network smoothed across the
-    gap and ran K=1 at 32 rows, where the surrogate's off is 1.15x faster (ramp's 17-32 row
-    bucket at 0.94x off over 10 held-out episodes). Four episodes and 60 epochs: BC accuracy
-    0.64 -> 0.72, and over 3 seeds and 10 held-out episodes the lowest bucket over off rose
-    from 0.940-0.998 to 0.990-0.992 on ramp (day 0.976-0.983 -> 0.974-0.985, bursts
-    0.974-0.989 -> 0.985-0.990). About 35 s more per run."""
-    warm_start_epochs: int = 60
+    what the network imitates). Why several: the oracle's choice between K=1 and off flips
+    within a few rows of batch size, and one episode per workload holds only a few dozen
+    states near the flip, too few for the network to place it."""
+    warm_start_epochs: Annotated[int, value(positive_int)] = 60
     """Passes of behaviour cloning over the warm start's states."""
     normalize_reward: bool = False
     """Scale rewards by a running estimate of the discounted return's spread (SB3
     VecNormalize, observations left as they are); its statistics are checkpointed."""
-    checkpoint_every: int = 50_000
+    checkpoint_every: Annotated[int, value(positive_int)] = 50_000
     """Env steps between checkpoints, taken at the first rollout boundary past each
     multiple; a killed run loses at most this much plus one rollout."""
-    eval_every: int = 25_000
+    eval_every: Annotated[int, value(nonnegative_int)] = 25_000
     """Env steps between held-out evaluations (0: only the final one). Every evaluation is a
     candidate for the run's model: ``model.zip`` is the evaluated model with the best mean
     ratio to the best static K (SB3's ``EvalCallback`` keeps a best model the same way).
-    Why: after the warm start, longer training drifted away from K=0 at 33-128 rows. On
-    held-out seeds, a 20k-step run reached 1.068/1.069/1.021/1.053x the best static K on
-    ramp/day/bursts/mixed and a 200k-step one 1.066/1.035/1.006/1.041x."""
-    eval_workloads: tuple[str, ...] = DEFAULT_EVAL_WORKLOADS
+    Why: after the warm start, longer training can drift away from K=0 at large batches, so
+    the last weights are not always the best."""
+    eval_workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_EVAL_WORKLOADS
     """Workload presets of the held-out evaluation."""
-    eval_episodes: int = 1
+    eval_episodes: Annotated[int, value(positive_int)] = 1
     """Episodes per evaluation workload."""
-    eval_seed: int = 10_000
+    eval_seed: Annotated[int, value(SEED)] = 10_000
     """Evaluation episode ``i`` is reset with ``eval_seed + i``: far from the training
     envs' seeds, so evaluation never replays a training stream."""
-    wandb: str = "offline"
+    wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
     """wandb mode: offline (the default; no account needed), online or disabled."""
-    torch_threads: int = 1
+    torch_threads: Annotated[int, value(THREADS)] = 1
     """torch intra-op threads; the networks are tiny, so more threads only add overhead."""
 
     def __post_init__(self) -> None:
@@ -267,8 +273,6 @@ class TrainConfig:
                 f"'none', got {self.warm_start!r}"
             )
         if self.warm_start != "none":
-            from specrl.policies import parse_policies
-
             if len(parse_policies(self.warm_start)) != 1:
                 raise SpecrlError(f"warm_start names one policy, got {self.warm_start!r}")
         if not isinstance(self.reference_floor, bool):
