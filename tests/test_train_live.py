@@ -63,6 +63,32 @@ def test_live_training_checkpoints_and_resumes(home, tmp_path):
     assert resumed.num_timesteps == 80
 
 
+def test_live_training_keys_its_reference_by_workload_when_asked(home, tmp_path):
+    """With ``reward_reference="workload"`` the live env charges the reference of the
+    episode's workload, over ``max_batch``, as the surrogate does; not the entry of the batch
+    size (past the two workloads' entries at 2 rows)."""
+    from specrl.profile import load_profile
+    from specrl.train.envs import make_live_training_env, new_reference
+
+    run = config(tmp_path, "w", reward_reference="workload", workloads=("steady-2", "ramp"))
+    profile = load_profile(run.profile)
+    reference = new_reference(run, profile)
+    charged = []
+    charge = reference.charge
+    reference.charge = lambda key, info, scale: (
+        charged.append((key, scale)) or charge(key, info, scale)
+    )
+    with pytest.warns(UserWarning, match="profile"):
+        env = make_live_training_env(run, profile, reference)
+    env.reset(seed=0)
+    for _ in range(40):
+        _, _, terminated, truncated, _ = env.step(1)
+        if terminated or truncated:
+            env.reset()
+    assert charged and {key for key, _ in charged} <= {0, 1}  # the workloads' indices
+    assert {scale for _, scale in charged} == {run.max_batch}
+
+
 def test_a_live_resume_keeps_optimizer_rngs_statistics_reference_and_env_stream(
     home, tmp_path, monkeypatch
 ):

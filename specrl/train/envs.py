@@ -109,8 +109,8 @@ def make_live_training_env(
     config: TrainConfig, profile: Profile, reference: RateReference
 ) -> TrainingEnv:
     """The live training env of ``config`` (one engine, the default pair ``config.preset``),
-    its reference keyed by batch size, without catch-up shaping; the profile's freshness is
-    checked first (refused when stale unless ``config.force_profile``)."""
+    its reference keyed as ``config.reward_reference`` says, without catch-up shaping; the
+    profile's freshness is checked first (refused when stale unless ``config.force_profile``)."""
     live = LiveSpecEnv(
         preset=config.preset,
         workload=config.workloads[0],
@@ -121,7 +121,12 @@ def make_live_training_env(
         profile=profile,
         force_profile=config.force_profile,
     )
-    return TrainingEnv(live, workloads=config.workloads, reference=reference)
+    return TrainingEnv(
+        live,
+        workloads=config.workloads,
+        reference=reference,
+        by_workload=config.reward_reference == "workload",
+    )
 
 
 def make_vec_env(config: TrainConfig, profile: Profile, reference: RateReference):
