@@ -29,6 +29,7 @@ from specrl.options import (
     positive_int,
     workload_preset,
 )
+from specrl.seeds import HELD_OUT_SEED
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Args:
     """An exported K table to add as lookup:TABLE."""
     episodes: Annotated[int, value(positive_int)] = 3
     """Episodes per workload and policy (seeds seed..seed+episodes-1)."""
-    seed: Annotated[int, value(SEED)] = 20_000
+    seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
     """First seed: held out from training (0..), its evaluation (10,000) and warm start (30,000)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""

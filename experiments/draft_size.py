@@ -34,6 +34,7 @@ from specrl.options import (
     positive_int,
     workload_preset,
 )
+from specrl.seeds import HELD_OUT_SEED
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -74,7 +75,7 @@ class Args:
     """Workloads of the comparison."""
     episodes: Annotated[int, value(positive_int)] = 2
     """Comparison episodes per workload and policy."""
-    seed: Annotated[int, value(SEED)] = 20_000
+    seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
     """First seed of the comparison's traces (held out from training)."""
     n_requests: Annotated[int, value(int_in(0, N_REQUESTS_MAX))] = 0
     """Requests per surrogate trace; 0: the preset's own."""
@@ -108,87 +109,112 @@ def table_k_by_batch(table, acceptance: float) -> dict[str, int]:
 
 
 def run(args: Args) -> dict:
-    import numpy as np
-    import torch
-
-    from specrl.compare import compare_surrogate
-    from specrl.models import load_default_pair
-    from specrl.policies import default_policies
-    from specrl.profile.measure import measure_profile
-    from specrl.report import log_comparison, plot_table
-    from specrl.train import train
-    from specrl.train.to_table import checked_table
-
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
-    max_batch = max(args.batch_sizes)
-    results = {}
-    for preset in args.presets:
-        where = out / preset
-        where.mkdir(exist_ok=True)
-        print(f"\n{preset}: pair and profile")
-        torch.set_num_threads(args.threads)
-        pair = load_default_pair(preset)
-        draft_params = sum(p.numel() for p in pair.draft.parameters())
-        draft_layers = pair.draft.config.num_hidden_layers
-        profile = measure_profile(
-            pair,
-            k_max=4,
-            batch_sizes=list(args.batch_sizes),
-            contexts=list(args.contexts),
-            reps=args.reps,
-            acceptance_rows=args.acceptance_rows,
-            preset=preset,
-        )
-        profile_path = where / "profile.json"
-        profile.save(profile_path)
-        del pair
-        print(f"{preset}: PPO, --total-timesteps {args.total_timesteps:,}")
-        config = TrainConfig(
-            out=str(where / "run"),
-            total_timesteps=args.total_timesteps,
-            profile=str(profile_path.resolve()),
-            max_batch=max_batch,
-            n_requests=args.n_requests or None,
-            n_envs=args.n_envs,
-            n_steps=args.n_steps,
-            batch_size=args.batch_size,
-            eval_every=min(25_000, args.total_timesteps),
-            wandb=args.wandb,
-        )
-        print(f"{preset}: PPO trained {train(config).num_timesteps:,} steps")
-        table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
-        table.save(where / "table.json")
-        plot_table(table, where / "table.png")
-        acceptance = float(np.mean(profile.mean_acceptance))
-        reports = compare_surrogate(
-            profile,
-            args.workloads,
-            [*default_policies(4), f"lookup:{where / 'table.json'}"],
-            episodes=args.episodes,
-            seed=args.seed,
-            max_batch=max_batch,
-            n_requests=args.n_requests or None,
-        )
-        log_comparison(reports, group=f"{args.exp_name}-{preset}", out_dir=where, mode=args.wandb)
-        cost = profile.step_seconds(0, 4, 0) / profile.step_seconds(0, 0, 0)
-        results[preset] = {
-            "draft_layers": draft_layers,
-            "draft_params": draft_params,
-            "mean_acceptance": acceptance,
-            "cost_k4_over_k0_at_batch_1": cost,
-            "crossover_batch": crossover(profile),
-            "best_k_by_batch": {
-                b: max(range(len(row)), key=row.__getitem__)
-                for b, row in zip(profile.batch_sizes, profile.tokens_per_s)
-            },
-            "table_k_by_batch": table_k_by_batch(table, acceptance),
-            "table_over_best_static": {
-                r.workload: r.result("lookup:table.json").tokens_per_s / r.best_static.tokens_per_s
-                for r in reports
-            },
-        }
+    results = {preset: _run_preset(args, preset, out / preset) for preset in args.presets}
     write_json(out / "draft_size.json", results)
+    _print_summary(results)
+    print(f"wrote {out}/draft_size.json")
+    return results
+
+
+def _run_preset(args: Args, preset: str, where: Path) -> dict:
+    """One pair's pipeline in ``where``: its profile, PPO run, table and comparison; what the
+    summary reports of it."""
+    import numpy as np
+
+    from specrl.compare import compare_surrogate
+    from specrl.policies import default_policies
+    from specrl.report import log_comparison, plot_table
+    from specrl.train.to_table import checked_table
+
+    where.mkdir(exist_ok=True)
+    max_batch = max(args.batch_sizes)
+    profile, profile_path, draft_layers, draft_params = _measure(args, preset, where)
+    config = _train(args, preset, where, profile_path, max_batch)
+    table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
+    table.save(where / "table.json")
+    plot_table(table, where / "table.png")
+    acceptance = float(np.mean(profile.mean_acceptance))
+    reports = compare_surrogate(
+        profile,
+        args.workloads,
+        [*default_policies(4), f"lookup:{where / 'table.json'}"],
+        episodes=args.episodes,
+        seed=args.seed,
+        max_batch=max_batch,
+        n_requests=args.n_requests or None,
+    )
+    log_comparison(reports, group=f"{args.exp_name}-{preset}", out_dir=where, mode=args.wandb)
+    cost = profile.step_seconds(0, 4, 0) / profile.step_seconds(0, 0, 0)
+    return {
+        "draft_layers": draft_layers,
+        "draft_params": draft_params,
+        "mean_acceptance": acceptance,
+        "cost_k4_over_k0_at_batch_1": cost,
+        "crossover_batch": crossover(profile),
+        "best_k_by_batch": {
+            b: max(range(len(row)), key=row.__getitem__)
+            for b, row in zip(profile.batch_sizes, profile.tokens_per_s)
+        },
+        "table_k_by_batch": table_k_by_batch(table, acceptance),
+        "table_over_best_static": {
+            r.workload: r.result("lookup:table.json").tokens_per_s / r.best_static.tokens_per_s
+            for r in reports
+        },
+    }
+
+
+def _measure(args: Args, preset: str, where: Path) -> tuple:
+    """The pair ``preset`` built and profiled on this machine, its profile saved in ``where``:
+    the profile, its path, and the draft's layer and parameter counts."""
+    import torch
+
+    from specrl.models import load_default_pair
+    from specrl.profile.measure import measure_profile
+
+    print(f"\n{preset}: pair and profile")
+    torch.set_num_threads(args.threads)
+    pair = load_default_pair(preset)
+    draft_params = sum(p.numel() for p in pair.draft.parameters())
+    draft_layers = pair.draft.config.num_hidden_layers
+    profile = measure_profile(
+        pair,
+        k_max=4,
+        batch_sizes=list(args.batch_sizes),
+        contexts=list(args.contexts),
+        reps=args.reps,
+        acceptance_rows=args.acceptance_rows,
+        preset=preset,
+    )
+    profile_path = where / "profile.json"
+    profile.save(profile_path)
+    return profile, profile_path, draft_layers, draft_params
+
+
+def _train(args: Args, preset: str, where: Path, profile_path: Path, max_batch: int):
+    """PPO trained on the profile at ``profile_path``, its run in ``where/run``; its config."""
+    from specrl.train import train
+
+    print(f"{preset}: PPO, --total-timesteps {args.total_timesteps:,}")
+    config = TrainConfig(
+        out=str(where / "run"),
+        total_timesteps=args.total_timesteps,
+        profile=str(profile_path.resolve()),
+        max_batch=max_batch,
+        n_requests=args.n_requests or None,
+        n_envs=args.n_envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        eval_every=min(25_000, args.total_timesteps),
+        wandb=args.wandb,
+    )
+    print(f"{preset}: PPO trained {train(config).num_timesteps:,} steps")
+    return config
+
+
+def _print_summary(results: dict) -> None:
+    """One markdown row per preset: the draft, its cost, the crossover and the Ks chosen."""
     print(
         "\n| preset | draft layers | params | mean acceptance | T(1,4)/T(1,0) | crossover "
         "batch (profile) | best K by batch (profile) | table K by batch (at mean acc.) | "
@@ -204,8 +230,6 @@ def run(args: Args) -> dict:
             f"{r['mean_acceptance']:.3f} | {r['cost_k4_over_k0_at_batch_1']:.2f} | "
             f"{r['crossover_batch']} | {ks} | {tk} | {ratios} |"
         )
-    print(f"wrote {out}/draft_size.json")
-    return results
 
 
 if __name__ == "__main__":

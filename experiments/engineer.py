@@ -26,6 +26,7 @@ from typing import Annotated
 from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, positive_int, workload_preset
+from specrl.seeds import HELD_OUT_SEED
 
 FORMATS = ("vllm", "trtllm", "sglang")
 
@@ -45,7 +46,7 @@ class Args:
     """Workloads judged, one comparison each."""
     episodes: Annotated[int, value(positive_int)] = 4
     """Held-out episodes per workload and policy (seeds seed..seed+episodes-1)."""
-    seed: Annotated[int, value(SEED)] = 20_000
+    seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
     """First held-out seed: apart from training (0..), its evaluation (10,000), the warm
     start (30,000), the export's visits (40,000) and the tuning seeds (50,000)."""
     per_workload: bool = False
@@ -82,13 +83,9 @@ def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> d
 
 
 def run(args: Args) -> Path:
-    from specrl.compare import compare_policies
     from specrl.config import load_config
     from specrl.errors import SpecrlError
-    from specrl.policies import make_policies
-    from specrl.policies.engineer import tune_sweep_trtllm
     from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.envs import surrogate_env
     from specrl.train.to_table import checked_table
 
     if not args.run:
@@ -114,57 +111,12 @@ def run(args: Args) -> Path:
             where = out / workload
             where.mkdir(exist_ok=True)
             searches[workload] = export_all(run_dir, where, table, acceptance, [workload])
-        env = surrogate_env(config, profile, workload)
-        specs = [
-            "off",
-            "threshold:tuned",
-            "sweep",
-            f"lookup:{out / 'table.json'}",
-            *(f"schedule:{where / f'{fmt}.json'}" for fmt in formats),
-            "oracle",
-        ]
-        policies = make_policies(specs, env=env)
-        policies.insert(3, tune_sweep_trtllm(env))
-        report = compare_policies(
-            env, policies, seed=args.seed, episodes=args.episodes, workload=workload
-        )
+        report = _judge(args, config, profile, workload, out, where, formats)
         reports[workload] = report
-        eng = report.engineer.policy
-        trt_eng = max(
-            ("threshold:tuned", "sweep:trtllm"), key=lambda n: report.result(n).tokens_per_s
-        )
-        row = {
-            "workload": workload,
-            "engineer": eng,
-            "engineer_vs_off": _ratio(report, eng, "off"),
-            "native": _ratio(report, "lookup:table.json", eng),
-            "oracle": _ratio(report, "oracle", eng),
-            "native_vs_oracle": _ratio(report, "lookup:table.json", "oracle"),
-        }
-        for fmt in formats:
-            row[fmt] = _ratio(report, f"schedule:{fmt}", trt_eng if fmt == "trtllm" else eng)
-        rows.append(row)
+        rows.append(_row(report, workload, formats))
         print(f"\n{workload}, {args.episodes} held-out episode(s) from seed {args.seed}")
         print(report.format())
-    keys = ["native", *formats, "oracle", "native_vs_oracle"]
-    names = {"native": "native table", "vllm": "vLLM export", "trtllm": "TRT-LLM export"}
-    names |= {"sglang": "SGLang export", "oracle": "myopic oracle"}
-    names["native_vs_oracle"] = "native vs oracle"
-    searched = "each workload's tuning seeds" if args.per_workload else "the training mix"
-    lines = [
-        f"profile {profile_path}, run {run_dir}, {args.episodes} held-out episodes per workload "
-        f"from seed {args.seed}"
-        + (f"; exports searched on {searched}" if formats else "; the native table alone"),
-        "",
-        "| workload | engineer vs off | " + " | ".join(names[k] for k in keys) + " |",
-        "|" + "---|" * (len(keys) + 2),
-    ]
-    for r in rows:
-        cells = [f"{r[key]['ratio']:.3f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})" for key in keys]
-        vs_off = f"{r['engineer_vs_off']['ratio']:.3f} ({r['engineer']})"
-        lines.append(f"| {r['workload']} | {vs_off} | " + " | ".join(cells) + " |")
-    lines += ["", "(min-max: the ratio per held-out episode)"]
-    text = "\n".join(lines)
+    text = _markdown(args, rows, formats, profile_path, run_dir)
     print("\n" + text)
     write_atomic(out / "engineer.md", text + "\n")
     write_json(
@@ -185,6 +137,72 @@ def run(args: Args) -> Path:
     )
     print(f"\nwrote {out}/ in {time.perf_counter() - start:.0f} s")
     return out
+
+
+def _judge(args: Args, config, profile, workload: str, out: Path, where: Path, formats):
+    """The comparison on ``workload``'s held-out seeds: off, the engineer's two tunings, the
+    sweep held to TensorRT-LLM's format, the native table (in ``out``), the exports of
+    ``formats`` (in ``where``) and the myopic oracle."""
+    from specrl.compare import compare_policies
+    from specrl.policies import make_policies
+    from specrl.policies.engineer import tune_sweep_trtllm
+    from specrl.train.envs import surrogate_env
+
+    env = surrogate_env(config, profile, workload)
+    specs = [
+        "off",
+        "threshold:tuned",
+        "sweep",
+        f"lookup:{out / 'table.json'}",
+        *(f"schedule:{where / f'{fmt}.json'}" for fmt in formats),
+        "oracle",
+    ]
+    policies = make_policies(specs, env=env)
+    policies.insert(3, tune_sweep_trtllm(env))
+    return compare_policies(
+        env, policies, seed=args.seed, episodes=args.episodes, workload=workload
+    )
+
+
+def _row(report, workload: str, formats) -> dict:
+    """One workload's ratios: the engineer over off, and the native table, each export and
+    the oracle over the engineer (TensorRT-LLM's export over the engineer held to its format)."""
+    eng = report.engineer.policy
+    trt_eng = max(("threshold:tuned", "sweep:trtllm"), key=lambda n: report.result(n).tokens_per_s)
+    row = {
+        "workload": workload,
+        "engineer": eng,
+        "engineer_vs_off": _ratio(report, eng, "off"),
+        "native": _ratio(report, "lookup:table.json", eng),
+        "oracle": _ratio(report, "oracle", eng),
+        "native_vs_oracle": _ratio(report, "lookup:table.json", "oracle"),
+    }
+    for fmt in formats:
+        row[fmt] = _ratio(report, f"schedule:{fmt}", trt_eng if fmt == "trtllm" else eng)
+    return row
+
+
+def _markdown(args: Args, rows: list[dict], formats, profile_path, run_dir: Path) -> str:
+    """The summary table of ``rows``, under a line saying what was judged."""
+    keys = ["native", *formats, "oracle", "native_vs_oracle"]
+    names = {"native": "native table", "vllm": "vLLM export", "trtllm": "TRT-LLM export"}
+    names |= {"sglang": "SGLang export", "oracle": "myopic oracle"}
+    names["native_vs_oracle"] = "native vs oracle"
+    searched = "each workload's tuning seeds" if args.per_workload else "the training mix"
+    lines = [
+        f"profile {profile_path}, run {run_dir}, {args.episodes} held-out episodes per workload "
+        f"from seed {args.seed}"
+        + (f"; exports searched on {searched}" if formats else "; the native table alone"),
+        "",
+        "| workload | engineer vs off | " + " | ".join(names[k] for k in keys) + " |",
+        "|" + "---|" * (len(keys) + 2),
+    ]
+    for r in rows:
+        cells = [f"{r[key]['ratio']:.3f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})" for key in keys]
+        vs_off = f"{r['engineer_vs_off']['ratio']:.3f} ({r['engineer']})"
+        lines.append(f"| {r['workload']} | {vs_off} | " + " | ".join(cells) + " |")
+    lines += ["", "(min-max: the ratio per held-out episode)"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

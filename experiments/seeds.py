@@ -37,6 +37,7 @@ from specrl.options import (
     positive_int,
     workload_preset,
 )
+from specrl.seeds import HELD_OUT_SEED
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -66,7 +67,7 @@ class Args:
     """Workloads of the comparison (and of training's own evaluation)."""
     episodes: Annotated[int, value(positive_int)] = 3
     """Comparison episodes per workload and policy."""
-    compare_seed: Annotated[int, value(SEED)] = 20_000
+    compare_seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
     """First seed of the comparison's traces (held out from training and its evaluation)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
@@ -150,12 +151,7 @@ def train_or_continue(config: TrainConfig) -> str:
 
 
 def run(args: Args) -> dict:
-    from specrl.compare import compare_surrogate
     from specrl.errors import SpecrlError
-    from specrl.policies import default_policies
-    from specrl.profile import load_profile
-    from specrl.report import log_comparison
-    from specrl.train.to_table import checked_table
 
     if len(set(args.seeds)) != len(args.seeds):
         raise SpecrlError(
@@ -164,53 +160,88 @@ def run(args: Args) -> dict:
         )
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
-    per_seed: dict[int, dict[str, dict[str, float]]] = {}
-    for seed in args.seeds:
-        config = TrainConfig(
-            out=str(out / f"seed-{seed}" / "run"),
-            seed=seed,
-            total_timesteps=args.total_timesteps,
-            workloads=args.workloads,
-            eval_workloads=args.eval_workloads,
-            profile=args.profile or None,
-            max_batch=args.max_batch,
-            n_requests=args.n_requests or None,
-            n_envs=args.n_envs,
-            n_steps=args.n_steps,
-            batch_size=args.batch_size,
-            net_arch=args.net_arch,
-            eval_every=args.eval_every,
-            wandb=args.wandb,
-        )
-        print(f"\nseed {seed}: {config.out}")
-        print(f"seed {seed}: {train_or_continue(config)}")
-        table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
-        table_path = out / f"seed-{seed}" / "table.json"
-        table.save(table_path)
-        profile = load_profile(table.provenance["profile_path"])
-        specs = [*default_policies(profile.k_max), f"lookup:{table_path}"]
-        reports = compare_surrogate(
-            profile,
-            args.eval_workloads,
-            specs,
-            episodes=args.episodes,
-            seed=args.compare_seed,
-            k_max=config.k_max,
-            max_batch=args.max_batch,
-            n_requests=args.n_requests or None,
-        )
-        name = f"lookup:{table_path.name}"
-        per_seed[seed] = {r.workload: ratios(r, name) for r in reports}
-        group = f"{args.exp_name}-seed{seed}"
-        logged = {"group": group, "mode": args.wandb, "ratios": per_seed[seed]}
-        marker = out / f"seed-{seed}" / LOGGED_FILE
-        if args.wandb != "disabled" and _logged(marker) == logged:
-            print(f"seed {seed}: this comparison is already in wandb group {group}; not logged")
-            continue
-        groups = log_comparison(reports, group=group, out_dir=out / f"seed-{seed}", mode=args.wandb)
-        if args.wandb != "disabled":
-            runs = [str(p) for g in groups for p in [*g.policy_runs.values(), g.summary_run]]
-            write_json(marker, {**logged, "runs": runs})
+    per_seed = {seed: _run_seed(args, seed, out / f"seed-{seed}") for seed in args.seeds}
+    summary, lines = _summary(args, per_seed)
+    write_json(out / "seeds.json", summary)
+    print(
+        f"\nthe exported table over {len(args.seeds)} seeds (mean ± std), "
+        f"{args.episodes} held-out episodes per workload:"
+    )
+    print("\n".join(lines))
+    print(f"wrote {out}/seeds.json")
+    return summary
+
+
+def _run_seed(args: Args, seed: int, where: Path) -> dict[str, dict[str, float]]:
+    """One seed's run in ``where``: trained (or taken up again), exported and compared on
+    held-out seeds, the comparison logged unless it already is; the table's ratios per
+    workload."""
+    from specrl.compare import compare_surrogate
+    from specrl.policies import default_policies
+    from specrl.profile import load_profile
+    from specrl.train.to_table import checked_table
+
+    config = TrainConfig(
+        out=str(where / "run"),
+        seed=seed,
+        total_timesteps=args.total_timesteps,
+        workloads=args.workloads,
+        eval_workloads=args.eval_workloads,
+        profile=args.profile or None,
+        max_batch=args.max_batch,
+        n_requests=args.n_requests or None,
+        n_envs=args.n_envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        net_arch=args.net_arch,
+        eval_every=args.eval_every,
+        wandb=args.wandb,
+    )
+    print(f"\nseed {seed}: {config.out}")
+    print(f"seed {seed}: {train_or_continue(config)}")
+    table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
+    table_path = where / "table.json"
+    table.save(table_path)
+    profile = load_profile(table.provenance["profile_path"])
+    specs = [*default_policies(profile.k_max), f"lookup:{table_path}"]
+    reports = compare_surrogate(
+        profile,
+        args.eval_workloads,
+        specs,
+        episodes=args.episodes,
+        seed=args.compare_seed,
+        k_max=config.k_max,
+        max_batch=args.max_batch,
+        n_requests=args.n_requests or None,
+    )
+    name = f"lookup:{table_path.name}"
+    seed_ratios = {r.workload: ratios(r, name) for r in reports}
+    _log_once(args, seed, where, reports, seed_ratios)
+    return seed_ratios
+
+
+def _log_once(args: Args, seed: int, where: Path, reports, seed_ratios: dict) -> None:
+    """Log one seed's comparison to wandb, unless its marker in ``where`` says this very
+    comparison is there already; a logged one leaves that marker."""
+    from specrl.report import log_comparison
+
+    group = f"{args.exp_name}-seed{seed}"
+    logged = {"group": group, "mode": args.wandb, "ratios": seed_ratios}
+    marker = where / LOGGED_FILE
+    if args.wandb != "disabled" and _logged(marker) == logged:
+        print(f"seed {seed}: this comparison is already in wandb group {group}; not logged")
+        return
+    groups = log_comparison(reports, group=group, out_dir=where, mode=args.wandb)
+    if args.wandb != "disabled":
+        runs = [str(p) for g in groups for p in [*g.policy_runs.values(), g.summary_run]]
+        write_json(marker, {**logged, "runs": runs})
+
+
+def _summary(
+    args: Args, per_seed: dict[int, dict[str, dict[str, float]]]
+) -> tuple[dict, list[str]]:
+    """The ratios of every seed with their mean and spread per workload, and the markdown
+    table of mean ± std."""
     summary = {"per_seed": per_seed, "mean": {}, "std": {}}
     lines = [
         "| workload | " + " | ".join(f"/ {r}" for r in RATIOS) + " |",
@@ -226,14 +257,7 @@ def run(args: Args) -> dict:
             summary["std"].setdefault(workload, {})[ratio] = std
             cells.append(f"{mean:.3f} ± {std:.3f}")
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
-    write_json(out / "seeds.json", summary)
-    print(
-        f"\nthe exported table over {len(args.seeds)} seeds (mean ± std), "
-        f"{args.episodes} held-out episodes per workload:"
-    )
-    print("\n".join(lines))
-    print(f"wrote {out}/seeds.json")
-    return summary
+    return summary, lines
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from specrl.options import (
     workload_preset,
 )
 from specrl.policy_names import parse_policies
+from specrl.seeds import EVAL_SEED
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -182,7 +183,7 @@ class TrainConfig:
     """Workload presets of the held-out evaluation."""
     eval_episodes: Annotated[int, value(positive_int)] = 1
     """Episodes per evaluation workload."""
-    eval_seed: Annotated[int, value(SEED)] = 10_000
+    eval_seed: Annotated[int, value(SEED)] = EVAL_SEED
     """Evaluation episode ``i`` is reset with ``eval_seed + i``: far from the training
     envs' seeds, so evaluation never replays a training stream."""
     wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
@@ -191,11 +192,22 @@ class TrainConfig:
     """torch intra-op threads; the networks are tiny, so more threads only add overhead."""
 
     def __post_init__(self) -> None:
-        from specrl.workload import is_preset
-
         object.__setattr__(self, "workloads", tuple(self.workloads))
         object.__setattr__(self, "eval_workloads", tuple(self.eval_workloads))
         object.__setattr__(self, "net_arch", tuple(self.net_arch))
+        # In this order: the first field found wrong is the one the error names.
+        self._check_counts()
+        self._check_paths()
+        self._check_workloads()
+        self._check_ppo()
+        self._check_env()
+        self._check_reward_and_warm_start()
+        if self.wandb not in WANDB_MODES:
+            raise SpecrlError(f"wandb must be one of {', '.join(WANDB_MODES)}, got {self.wandb!r}")
+        self._check_eval_seeds_apart()
+
+    def _check_counts(self) -> None:
+        """The integer fields: counts from 1, seeds from 0."""
         for name in (
             "total_timesteps",
             "max_batch",
@@ -215,10 +227,18 @@ class TrainConfig:
         _check_int(self, "eval_seed", low=0)
         if self.n_requests is not None:
             _check_int(self, "n_requests", low=1)
+
+    def _check_paths(self) -> None:
+        """``out`` is a directory path; ``profile`` a path or None."""
         if not isinstance(self.out, str) or not self.out:
             raise SpecrlError(f"out must be a directory path, got {self.out!r}")
         if self.profile is not None and (not isinstance(self.profile, str) or not self.profile):
             raise SpecrlError(f"profile must be a path or None, got {self.profile!r}")
+
+    def _check_workloads(self) -> None:
+        """Training and evaluation each name at least one workload preset."""
+        from specrl.workload import is_preset
+
         for name in ("workloads", "eval_workloads"):
             names = getattr(self, name)
             bad = [w for w in names if not isinstance(w, str) or not is_preset(w)]
@@ -227,6 +247,9 @@ class TrainConfig:
                     f"{name} must be a non-empty list of workload presets (mixed, ramp, day, "
                     f"bursts, steady-N, poisson); got {list(names)!r}"
                 )
+
+    def _check_ppo(self) -> None:
+        """The network, the minibatch, PPO's coefficients and the warm start's sizes."""
         if not self.net_arch or not all(
             isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in self.net_arch
         ):
@@ -248,6 +271,9 @@ class TrainConfig:
                 raise SpecrlError(f"{name} must be a number in ({low}, {high}], got {value!r}")
         _check_int(self, "warm_start_episodes", low=1)
         _check_int(self, "warm_start_epochs", low=1)
+
+    def _check_env(self) -> None:
+        """The training env, the run to start from and the model preset."""
         if self.env not in ("surrogate", "live"):
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
         if self.env == "live" and self.n_envs != 1:
@@ -261,6 +287,9 @@ class TrainConfig:
         from specrl.models.build import get_preset
 
         get_preset(self.preset)  # unknown: names the presets
+
+    def _check_reward_and_warm_start(self) -> None:
+        """The reward's switches and the warm start's policy."""
         if not isinstance(self.shape_catchup, bool):
             raise SpecrlError(f"shape_catchup must be true or false, got {self.shape_catchup!r}")
         if self.reward_reference not in ("batch", "workload"):
@@ -283,15 +312,16 @@ class TrainConfig:
             raise SpecrlError(
                 f"normalize_reward must be true or false, got {self.normalize_reward!r}"
             )
-        if self.wandb not in WANDB_MODES:
-            raise SpecrlError(f"wandb must be one of {', '.join(WANDB_MODES)}, got {self.wandb!r}")
+
+    def _check_eval_seeds_apart(self) -> None:
+        """Evaluation's seeds never replay a training env's stream."""
         train_seeds = range(self.seed, self.seed + self.n_envs)
         eval_seeds = range(self.eval_seed, self.eval_seed + self.eval_episodes)
         if set(train_seeds) & set(eval_seeds):
             raise SpecrlError(
                 f"eval seeds {eval_seeds.start}..{eval_seeds.stop - 1} overlap the training "
                 f"envs' seeds {train_seeds.start}..{train_seeds.stop - 1}; move eval_seed away "
-                "(default 10000)"
+                f"(default {EVAL_SEED})"
             )
 
     @property

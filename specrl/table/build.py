@@ -22,6 +22,9 @@ from specrl.table.format import (
     check_context_bins,
 )
 
+_WHERE = "table_from_policy"
+"""The source named in this module's errors and in the tables it builds."""
+
 
 def table_from_policy(
     decide: Callable[[int, float, int], int],
@@ -63,50 +66,26 @@ def table_from_policy(
         acceptance bin's K counts there (for example how often the policy met that state);
         None: every bin alike.
     """
-    where = "table_from_policy"
-    if isinstance(acceptance_edges, tuple):
-        acceptance_edges = list(acceptance_edges)
-    if isinstance(context_bins, (list, tuple)):
-        context_bins = [list(r) if isinstance(r, tuple) else r for r in context_bins]
-    n_batch = _int_in(max_batch, "max_batch", MAX_BATCH_LIMIT)
-    _int_in(k_max, "k_max", K_MAX_LIMIT)
-    check_acceptance_edges(acceptance_edges, f"{where}: acceptance_edges")
-    if context_bins is not None:
-        check_context_bins(context_bins, f"{where}: context_bins")
-    points = [(lo + hi) / 2 for lo, hi in zip(acceptance_edges, acceptance_edges[1:])]
-    contexts = (
-        [1]
-        if context_bins is None
-        else [lo if hi is None else (lo + hi) // 2 for lo, hi in context_bins]
+    n_batch, acceptance_edges, context_bins = _checked_arguments(
+        k_max, max_batch, acceptance_edges, context_bins
     )
+    points, contexts = _representative_points(acceptance_edges, context_bins)
 
     rows = []  # per batch size: (k[context][acceptance], stale[context])
     changed = 0
     for batch in range(1, n_batch + 1):
-        ks = [
-            [
-                _checked_k(decide(batch, a, c), f"{where}: decide({batch}, {a}, {c})", k_max)
-                for a in points
-            ]
-            for c in contexts
-        ]
-        if monotone:
-            projected = [
-                monotone_in_acceptance(
-                    row, k_max, None if monotone_weights is None else monotone_weights(batch, c)
-                )
-                for c, row in enumerate(ks)
-            ]
-            changed += sum(x != y for raw, new in zip(ks, projected) for x, y in zip(raw, new))
-            ks = projected
-        if stale_decide is None:
-            stale = [by_acceptance[0] for by_acceptance in ks]
-        else:
-            stale = [
-                _checked_k(stale_decide(batch, c), f"{where}: stale_decide({batch}, {c})", k_max)
-                for c in contexts
-            ]
+        ks, stale, batch_changed = _decided_row(
+            batch,
+            decide,
+            stale_decide,
+            points=points,
+            contexts=contexts,
+            k_max=k_max,
+            monotone=monotone,
+            monotone_weights=monotone_weights,
+        )
         rows.append((ks, stale))
+        changed += batch_changed
 
     buckets, k, stale_k = _bucketed(rows, by_context=context_bins is not None)
     return KTable(
@@ -119,7 +98,7 @@ def table_from_policy(
         stale_k=stale_k,
         probe={"after_steps": STALE_STEPS, "k": 1} if probe is None else probe,
         provenance={**provenance, "monotone_cells_changed": changed} if monotone else provenance,
-        source=where,
+        source=_WHERE,
     )
 
 
@@ -165,6 +144,81 @@ def monotone_in_acceptance(
     return out
 
 
+def _checked_arguments(
+    k_max: int,
+    max_batch: int,
+    acceptance_edges: list[float],
+    context_bins: list[list[int | None]] | None,
+) -> tuple[int, list[float], list[list[int | None]] | None]:
+    """:func:`table_from_policy`'s sizes and bins checked, the bins as lists: the batch sizes
+    it covers, the acceptance edges and the context bins."""
+    if isinstance(acceptance_edges, tuple):
+        acceptance_edges = list(acceptance_edges)
+    if isinstance(context_bins, (list, tuple)):
+        context_bins = [list(r) if isinstance(r, tuple) else r for r in context_bins]
+    n_batch = _int_in(max_batch, "max_batch", MAX_BATCH_LIMIT)
+    _int_in(k_max, "k_max", K_MAX_LIMIT)
+    check_acceptance_edges(acceptance_edges, f"{_WHERE}: acceptance_edges")
+    if context_bins is not None:
+        check_context_bins(context_bins, f"{_WHERE}: context_bins")
+    return n_batch, acceptance_edges, context_bins
+
+
+def _representative_points(
+    acceptance_edges: list[float], context_bins: list[list[int | None]] | None
+) -> tuple[list[float], list[int]]:
+    """Where ``decide`` is asked: each acceptance bin's midpoint, and each context bin's
+    midpoint ``(lo + hi) // 2`` (the last, open-ended one's start; ``[1]`` without context
+    bins)."""
+    points = [(lo + hi) / 2 for lo, hi in zip(acceptance_edges, acceptance_edges[1:])]
+    contexts = (
+        [1]
+        if context_bins is None
+        else [lo if hi is None else (lo + hi) // 2 for lo, hi in context_bins]
+    )
+    return points, contexts
+
+
+def _decided_row(
+    batch: int,
+    decide: Callable[[int, float, int], int],
+    stale_decide: Callable[[int, int], int] | None,
+    *,
+    points: list[float],
+    contexts: list[int],
+    k_max: int,
+    monotone: bool,
+    monotone_weights: Callable[[int, int], list[float]] | None,
+) -> tuple[list[list[int]], list[int], int]:
+    """One batch size's ``k[context][acceptance]`` and ``stale[context]`` as
+    :func:`table_from_policy` holds them, and how many cells the monotone projection changed."""
+    ks = [
+        [
+            _checked_k(decide(batch, a, c), f"{_WHERE}: decide({batch}, {a}, {c})", k_max)
+            for a in points
+        ]
+        for c in contexts
+    ]
+    changed = 0
+    if monotone:
+        projected = [
+            monotone_in_acceptance(
+                row, k_max, None if monotone_weights is None else monotone_weights(batch, c)
+            )
+            for c, row in enumerate(ks)
+        ]
+        changed = sum(x != y for raw, new in zip(ks, projected) for x, y in zip(raw, new))
+        ks = projected
+    if stale_decide is None:
+        stale = [by_acceptance[0] for by_acceptance in ks]
+    else:
+        stale = [
+            _checked_k(stale_decide(batch, c), f"{_WHERE}: stale_decide({batch}, {c})", k_max)
+            for c in contexts
+        ]
+    return ks, stale, changed
+
+
 def _checked_k(value, what: str, k_max: int) -> int:
     """``value`` (what ``what`` returned) as a K in ``0..k_max``."""
     try:
@@ -194,5 +248,5 @@ def _bucketed(rows: list, *, by_context: bool) -> tuple[list, list, list]:
 
 def _int_in(value, name: str, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise SpecrlError(f"table_from_policy: {name} must be an integer 1..{high}, got {value!r}")
+        raise SpecrlError(f"{_WHERE}: {name} must be an integer 1..{high}, got {value!r}")
     return value
