@@ -100,8 +100,8 @@ def round_order(items: list, round_index: int) -> list:
     """The order in which ``items`` (policies) play round ``round_index`` of a side-by-side
     comparison: as given in even rounds, reversed in odd ones (an ABBA design).
 
-    Why: live, this machine's speed drifts by tens of percent within an hour, mostly one way
-    within a run. In one fixed order, the policy played last meets the slowest machine in
+    Why: live, a shared machine's speed drifts within an hour, often one way within a run
+    (docs/profile.md). In one fixed order, the policy played last meets the slowest machine in
     every round. Over an even number of rounds every item's mean place is the same, so a
     linear drift charges all of them alike."""
     return list(items) if round_index % 2 == 0 else list(reversed(items))

@@ -51,9 +51,9 @@ def conditional_acceptance(rate: float, k: int) -> float:
     """The per-token acceptance ``a`` with ``drafted_acceptance(a, k) == rate``: the ``alpha``
     of Leviathan et al. (2023), which a step's accepted / drafted confounds with its K.
 
-    At the same traffic, accepted / drafted falls as K grows (0.77 at K=1, 0.55 at K=4 on the
-    day workload: later draft positions are reached less often), while ``a`` moves little
-    (0.77 to 0.70, the rest being acceptance that decays with position). Exact for K <= 2;
+    At the same traffic, accepted / drafted falls as K grows (later draft positions are
+    reached less often), while ``a`` moves little (what moves is acceptance that decays with
+    position). Exact for K <= 2;
     above, Newton's method on ``a + ... + a^K = K * rate`` from ``a = rate^(1/K)``, which is
     above the root (``rate >= a^K``), so the iterates fall to it monotonically: the left side
     is increasing and convex on [0, 1]."""

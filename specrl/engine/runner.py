@@ -3,8 +3,8 @@
 A serving engine does not go through a model's generic ``forward`` on every decode step: at
 small batch a step is short, and transformers' per-call work (module ``__call__`` for about
 nine modules per layer, output dataclasses, mask preprocessing, config lookups) is a large
-share of it. On this project's 2-core CPU machine the default target's batch-1 forward spends
-about a third of its time outside matrix multiplies, and ``generate`` pays all of it.
+share of it, all of which ``generate`` pays (docs/engine.md: how large, for the default
+pair).
 
 :class:`LlamaRunner` runs a Llama-architecture model (``LlamaForCausalLM`` with the stock
 transformers modules) as one Python function over the model's own parameters. It calls the

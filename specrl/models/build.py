@@ -217,8 +217,9 @@ def _training_cpu_settings():
     """One thread and flushed subnormals while training.
 
     One thread makes the result independent of the core count and keeps a shared machine
-    usable: two spinning OpenMP threads on a contended pair of cores ran 5x slower than one.
-    Subnormals: early bf16 gradients are tiny and ran 10x slower unflushed on x86.
+    usable: spinning OpenMP threads on a contended pair of cores run several times slower
+    than one. Subnormals: early bf16 gradients are tiny and run far slower unflushed on x86
+    (docs/models.md).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -401,9 +402,9 @@ def _write_manifest(out_dir: Path, spec: Preset, *, seed, tokens, started, **ext
 def training_dtype() -> torch.dtype:
     """bf16 (autocast) where the CPU has bf16 instructions (AVX512-BF16 or AMX), else float32.
 
-    Elsewhere bf16 is emulated: on a 2-core AVX2 EPYC a bf16 matmul ran 37x slower than
-    float32 and a small-draft3 distillation step took 30 s instead of 4.4 s. They give different
-    weights, so the choice is part of what a build is deterministic for (in the manifest).
+    Elsewhere bf16 is emulated and far slower than float32 (docs/models.md). The two give
+    different weights, so the choice is part of what a build is deterministic for (in the
+    manifest).
     """
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.bfloat16 if native else torch.float32

@@ -37,8 +37,8 @@ SHRINK_TOKENS = 32
 """Prior weight, in drafted tokens, pulling a bucket's rate toward the pooled rate."""
 ACCEPTANCE_ROWS = 384
 """Requests decoded per domain and temperature band to measure acceptance. Acceptance is
-strongly per request, so the sample must hold many requests: with 128 requests per domain the
-surrogate read the live engine's acceptance 0.04-0.09 low, with 512 within 0.04."""
+strongly per request, so the sample must hold many requests: too few, and the surrogate reads
+the live engine's acceptance low (docs/profile.md: how low, by sample size)."""
 ACCEPTANCE_BATCH = 128
 """How many of them run at once (continuous batching serves the rest as rows free up)."""
 

@@ -64,9 +64,8 @@ def profile_threads(profile, threads: int | None = None) -> int:
 
 def use_profile_threads(profile, threads: int | None = None) -> int:
     """Set torch's thread count to :func:`profile_threads` and return the count now in use. A
-    profile's step times hold only at its own count: a profile measured with one thread,
-    timed with two on a 2-core machine, read batch-64 steps at 0.62-0.64x its figures and
-    batch-1 steps at 1.08-1.13x, four minutes after it was measured."""
+    profile's step times hold only at its own count: another count speeds up some batch
+    sizes and slows others, so it moves the crossover itself (docs/profile.md#threads)."""
     torch.set_num_threads(profile_threads(profile, threads))
     return torch.get_num_threads()
 

@@ -1,8 +1,9 @@
 """Is a profile still true here? Time a few cells now and set them beside the profile's figures.
 
-A profile is only true on the machine, and at the speed, where it was measured: two VMs with
-the same fingerprint differed 1.8x. The fingerprint cannot see that; timing a few of the
-profile's own cells again, by its own procedure, can (:func:`check_freshness`).
+A profile is only true on the machine, and at the speed, where it was measured: two machines
+with the same fingerprint can differ widely, and a shared one drifts (docs/profile.md). The
+fingerprint cannot see that; timing a few of the profile's own cells again, by its own
+procedure, can (:func:`check_freshness`).
 ``specrl profile --check PROFILE.json`` prints the comparison; the live env,
 ``validate-surrogate``, ``compare --env live`` and the demo run the same check and warn, or
 refuse unless forced, when a cell is outside its tolerance (:func:`cell_tolerance`).
@@ -226,10 +227,11 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     time takes the line between K=0 and K=k_max. Prefill and catch-up, which the check does
     not time, stay as measured.
 
-    Why: on a shared VM the same cells drift 20-28% between profiles an hour apart, and the
-    memory-bound K=0 step more than the K>0 steps; a live run set against a profile then
-    measures the drift as much as the surrogate. Checks taken between the live episodes give
-    the speed of those minutes (``specrl validate-surrogate`` reports both comparisons)."""
+    Why: on a shared machine the same cells drift between profiles an hour apart, the
+    memory-bound K=0 step more than the K>0 steps (docs/profile.md: by how much), so a live run
+    set against a profile measures the drift as much as the surrogate. Checks taken between
+    the live episodes give the speed of those minutes (``specrl validate-surrogate`` reports
+    both comparisons)."""
     ratios = speed_ratios(reports)
     checked = sorted({b for b, _ in ratios})
     top = profile.k_max

@@ -1,12 +1,12 @@
 """Per-request acceptance levels, and how they drift, fitted from the acceptance pass.
 
-Acceptance is strongly per request (a request whose greedy continuation loops accepts about
-0.95 throughout). Each request's level is recorded as the logit offset that makes the group's
-rates reproduce its accepted count, shrunk toward 0 by its sampling noise (empirical Bayes,
-:func:`request_offsets`); the profile keeps their quantiles (``request_levels``), and the
-surrogate gives each request a level drawn from them, which drifts as the request decodes
-where the profile records how levels drift (``level_drift``: :func:`fit_level_drift`, the
-model of :mod:`specrl.profile.levels`).
+Acceptance is strongly per request (a request whose greedy continuation loops accepts
+nearly every draft token throughout). Each request's level is recorded as the logit offset
+that makes the group's rates reproduce its accepted count, shrunk toward 0 by its sampling
+noise (empirical Bayes, :func:`request_offsets`); the profile keeps their quantiles
+(``request_levels``), and the surrogate gives each request a level drawn from them, which
+drifts as the request decodes where the profile records how levels drift (``level_drift``:
+:func:`fit_level_drift`, the model of :mod:`specrl.profile.levels`).
 """
 
 from __future__ import annotations

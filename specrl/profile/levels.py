@@ -1,12 +1,12 @@
 """A request's acceptance level as it generates: fixed, or drifting (the profile's
 ``level_drift``).
 
-A level is a logit offset added to every conditional acceptance rate of the request. Measured
-live, a request's level is not fixed: the correlation of its accepted / drafted between the
-first and the second half of its output is 0.35-0.45 on steady-64 traces of the default pair,
-where a fixed level gives 0.65 with the same sampling noise. A fixed level over-states how
-much the acceptance a controller observes predicts what comes next, and lets the requests
-with the lowest levels linger to the end of a trace alone.
+A level is a logit offset added to every conditional acceptance rate of the request. Live, a
+request's level is not fixed: across requests, accepted / drafted in the first and in the
+second half of an output correlate less than a fixed level would make them under the same
+sampling noise (docs/profile.md: the figures). A fixed level over-states how much the
+acceptance a controller observes predicts what comes next, and lets the requests with the
+lowest levels linger to the end of a trace alone.
 
 The drifting level is ``scale * Q(Phi(z)) + shift``: ``Q`` the quantile function of the profile's
 ``request_levels`` (linear between quantiles, flat beyond the outer ones), ``Phi`` the

@@ -102,6 +102,7 @@ def measure_profile(
     :func:`check_acceptance_source`, whose errors name it ``acceptance_source``): what a pair
     accepts does not depend on the machine, and measuring it is most of a profile's time.
     Only the step times are measured then."""
+    # Long: a 16-option signature and docstring, then the measurement's steps in order.
     _check_settings(pair, k_max, batch_sizes, contexts, reps, acceptance_rows)
     started = time.perf_counter()
     fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)

@@ -48,6 +48,7 @@ def linear_profile(
     ``{domain: {band: rates}}``. Per-request levels are normal with standard deviation
     ``level_spread`` (logit units; 0: every request accepts at the domain's rates).
     """
+    # Long: one Profile literal, every field in the order the schema lists them.
     rates = dict(
         acceptance
         or {

@@ -23,9 +23,8 @@ def rest_of_step(sample: dict) -> float:
     """A timed step's seconds outside the tables' verify and draft columns (and outside
     prefill and catch-up, charged apart): its ``overhead_s``. At K=0 the engine's "draft"
     interval is the step's setup before the target forward (sampling settings, uniforms,
-    input tensors: 0.3 ms at 8 rows, 1 ms at 64 here), and ``draft_s`` is 0 there, so it
-    stays in the rest; subtracting it, as the profile once did, left it out of every K=0
-    step, 1-2% cheaper than served."""
+    input tensors), and ``draft_s`` is 0 there, so it stays in the rest: subtracted, it would
+    be left out of every K=0 step, which would read cheaper than served (docs/profile.md)."""
     part = sample["draft"] if sample["k"] else 0.0
     return sample["total"] - part - sample["verify"] - sample["prefill"]
 

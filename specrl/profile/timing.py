@@ -46,11 +46,10 @@ REPLICA_BATCH = 8
 their own ragged rows), all stepped every round, their samples pooled."""
 REPLICAS = 3
 """Why: a round steps each K>0 once, so a cell's K>0 medians rest on ``reps`` samples, and at
-the small batch sizes, where a step takes 10-30 ms and the controller's decision is made,
-one engine's few samples moved a whole row of the table. Two profiles of this VM two hours
-apart read T(K=1) / T(K=0) at batch 2 as 1.95 and 1.61 (1.38 and 1.35 at batches 1 and 4 in
-the first), and at batch 1 as 1.30 where eight rounds of timing alone read 1.60. Small cells
-are cheap: three replicas of every cell up to batch 8 add a few seconds a round."""
+the small batch sizes, where a step is short and the controller's decision is made, the few
+samples of one engine can move a whole row of the table (docs/profile.md: two profiles of one
+machine that disagreed). Small cells are cheap: replicas of every cell up to
+:data:`REPLICA_BATCH` add a few seconds a round."""
 SPREAD_STEPS = 10
 """Fewest steps a K's own spread is read from; below, the spread of every K of the cell."""
 

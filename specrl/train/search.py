@@ -23,7 +23,7 @@ searches the format's own class instead, judged in the surrogate:
    start, that start is kept.
 
 The score is the geometric mean, over the workloads, of aggregate tokens/s on the tuning
-seeds (:data:`specrl.policies.engineer.TUNE_SEED`), so each workload counts alike. The
+seeds (:data:`specrl.seeds.TUNE_SEED`), so each workload counts alike. The
 result is never worse there than any start (smoothed), and no rise it keeps is worth less
 than the bar.
 """
