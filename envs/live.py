@@ -11,6 +11,7 @@ from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.profile.fingerprint import check_compatible, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
 from specrl.workload import profile_workload_kwargs, resolve_prompt
+from specrl.workload.prompts import token_streams
 
 
 def refuse_prompts_profile(profile: Profile, source: str, hint: str = "") -> None:
@@ -202,8 +203,6 @@ class LiveSpecEnv(SpecEnvBase):
                 )
             if prof is None:
                 if streams is None:
-                    from specrl.workload.prompts import token_streams
-
                     streams = token_streams(pair.tokenizer)
                 reference_tokens_per_s = measure_plain_decode_tokens_per_s(
                     pair, streams, device=device
@@ -232,8 +231,6 @@ class LiveSpecEnv(SpecEnvBase):
             reference_tokens_per_s=reference_tokens_per_s,
         )
         if streams is None:
-            from specrl.workload.prompts import token_streams
-
             streams = token_streams(pair.tokenizer)
         self.streams = streams
         self.engine = None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.config import MODEL_FILE, load_config
 from specrl.envs.base import OBS_NAMES, observation_rows
 from specrl.envs.training import (
     POLICY_OBS_NAMES,
@@ -69,7 +70,6 @@ class PPOPolicy(KPolicy):
         :param k_max: the env's ``k_max``, if known: a run trained with another is refused.
         :param config: the run's config, where the caller loaded it already.
         """
-        from specrl.config import MODEL_FILE, load_config
 
         config = load_config(run_dir) if config is None else config
         for name, wanted in (("max_batch", max_batch), ("k_max", k_max)):

@@ -43,6 +43,7 @@ from specrl.options import (
 )
 from specrl.policy_names import parse_policies
 from specrl.seeds import EVAL_SEED
+from specrl.workload import is_preset
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -237,7 +238,6 @@ class TrainConfig:
 
     def _check_workloads(self) -> None:
         """Training and evaluation each name at least one workload preset."""
-        from specrl.workload import is_preset
 
         for name in ("workloads", "eval_workloads"):
             names = getattr(self, name)

@@ -29,6 +29,13 @@ from specrl.compare import compare_policies, compare_surrogate
 from specrl.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
 from specrl.errors import SpecrlError
 from specrl.files import write_json
+from specrl.report import (
+    log_comparison,
+    plot_buckets,
+    plot_k_over_time,
+    plot_table,
+    plot_training,
+)
 from specrl.results import best_static
 from specrl.seeds import HELD_OUT_SEED
 from specrl.table import load_table
@@ -420,14 +427,6 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
 
 def _report(reports, exported, run_dir, train_dir, profile_path, options, artifacts) -> list:
     """Each comparison as JSON and CSV, the plots, and the wandb runs: the wandb groups."""
-
-    from specrl.report import (
-        log_comparison,
-        plot_buckets,
-        plot_k_over_time,
-        plot_table,
-        plot_training,
-    )
 
     mixed, live = reports[-2], reports[-1]
     for r in reports:

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 
 from specrl.table import MAX_BATCH_LIMIT
+from specrl.workload.presets import PRESETS, is_preset
 
 SEED_MAX = 2**32 - 1
 """The largest seed: ``numpy.random.seed`` (called by stable-baselines3) takes no more."""
@@ -153,7 +154,6 @@ def device(text: str) -> str:
 
 def workload_preset(text: str) -> str:
     """argparse type: a workload preset name (``steady-N`` for any N >= 1)."""
-    from specrl.workload.presets import PRESETS, is_preset
 
     if not is_preset(text):
         raise argparse.ArgumentTypeError(

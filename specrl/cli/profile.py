@@ -12,6 +12,8 @@ import argparse
 
 from specrl import options
 from specrl.errors import SpecrlError
+from specrl.files import check_output
+from specrl.workload.user_prompts import load_prompts
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -136,10 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if args.show:
         profile = load_profile(args.show)
     else:
-        from specrl.files import check_output
         from specrl.profile.acceptance import ACCEPTANCE_ROWS
         from specrl.profile.measure import measure_profile
-        from specrl.workload.user_prompts import load_prompts
 
         prompts = load_prompts(args.prompts) if args.prompts else None
         source = load_profile(args.acceptance_from) if args.acceptance_from else None

@@ -133,7 +133,6 @@ def validate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     specs = parse_policies(args.policies)
     if "oracle" in specs:  # it reads the surrogate's hidden rates; each policy runs live too
-        from specrl.errors import SpecrlError
         from specrl.policies.oracle import LIVE_REFUSAL
 
         raise SpecrlError(f"{LIVE_REFUSAL}: drop it from --policies")

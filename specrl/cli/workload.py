@@ -7,6 +7,7 @@ import argparse
 from specrl import options
 from specrl.errors import SpecrlError
 from specrl.workload.presets import PRESETS, is_preset, preset_trace
+from specrl.workload.user_prompts import load_prompts, prompts_trace
 
 
 def _preset(name: str) -> str:
@@ -66,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.prompts:
         from specrl.models.pair import load_tokenizer
-        from specrl.workload.user_prompts import load_prompts, prompts_trace
 
         if not args.tokenizer:
             raise SpecrlError(

@@ -57,6 +57,7 @@ from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, to_sg
 from specrl.table.stacks import export_file
 from specrl.table.trtllm import to_trtllm
 from specrl.table.vllm import to_vllm
+from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
 from specrl.train.trained import as_run
 
 SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -457,7 +458,6 @@ def search_run(
     schedule is played once). ``acceptance`` is the operating acceptance of the plain
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised."""
-    from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
 
     run = as_run(run_dir)
     config = run.config

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.controller import LookupController
 from specrl.errors import SpecrlError
 from specrl.seeds import HELD_OUT_SEED, VISIT_SEED
 from specrl.table import PROBE_SCOPES, KTable, check_acceptance, provenance
@@ -325,7 +326,6 @@ def check_fidelity(
     same seeds (:class:`LookupPolicy`)."""
     from tqdm.auto import tqdm
 
-    from specrl.controller import LookupController
     from specrl.envs.rollout import run_episode
     from specrl.policies.lookup import LookupPolicy
 
