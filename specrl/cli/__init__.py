@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "specrl.cli.compare",
     "specrl.cli.train",
     "specrl.cli.export",
+    "specrl.cli.sweep",
 ]
 
 

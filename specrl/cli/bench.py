@@ -89,6 +89,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     controller.set_defaults(func=_controller)
 
+    sweep = bench.add_parser(
+        "sweep",
+        help="Ray Tune: trials side by side against one at a time (wall-time ratio)",
+        description="The same small sweep (TRIALS seeds, one torch thread each) under Ray "
+        "Tune one trial at a time, then CONCURRENT at once: the wall-time ratio (goal on 2 "
+        "cores: at most 0.65), Ray's start-up time and its overhead per trial. Needs the "
+        "[sweep] extra.",
+    )
+    sweep.add_argument("--trials", type=options.positive_int, default=4)
+    sweep.add_argument("--concurrent", type=options.positive_int, default=2)
+    sweep.add_argument(
+        "--timesteps", type=options.positive_int, default=4096, help="PPO steps per trial"
+    )
+    sweep.add_argument("--out", help="where the two sweeps go (default: a new temp folder)")
+    sweep.set_defaults(func=_sweep)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from specrl.bench.sweep import run
+
+    run(trials=args.trials, concurrent=args.concurrent, timesteps=args.timesteps, out=args.out)
+    return 0
+
 
 def _controller(args: argparse.Namespace) -> int:
     from specrl.bench.controller import run

@@ -103,7 +103,9 @@ def measure_profile(
     accepts does not depend on the machine, and measuring it is most of a profile's time.
     Only the step times are measured then."""
     # Long: a 16-option signature and docstring, then the measurement's steps in order.
-    _check_settings(pair, k_max, batch_sizes, contexts, reps, acceptance_rows)
+    if pair.draft is None:
+        raise SpecrlError("profiling needs a draft model; this pair has none")
+    check_settings(k_max, batch_sizes, contexts, reps, acceptance_rows)
     started = time.perf_counter()
     fingerprint = pair_fingerprint(pair, k_max=k_max, device=device)
     if acceptance_from is not None:
@@ -182,10 +184,8 @@ def _time_cells(pair, streams, keys, prompts: PromptFile | None, bar, **kw) -> T
     )
 
 
-def _check_settings(pair, k_max, batch_sizes, contexts, reps, acceptance_rows) -> None:
-    """Refuse a pair without a draft, and settings that cannot make a profile."""
-    if pair.draft is None:
-        raise SpecrlError("profiling needs a draft model; this pair has none")
+def check_settings(k_max, batch_sizes, contexts, reps, acceptance_rows) -> None:
+    """Refuse settings that cannot make a profile, before any pair loads."""
     if k_max < 1:
         raise SpecrlError(f"k_max must be >= 1 to profile speculation, got {k_max}")
     if list(batch_sizes) != sorted(set(batch_sizes)) or batch_sizes[0] != 1:

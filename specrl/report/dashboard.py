@@ -18,6 +18,9 @@ Layout (one :class:`~specrl.compare.ComparisonReport` is one experiment):
 
 Every run's config holds the report's ``env``, ``workload``, ``seed`` and ``episodes``
 and the ``config`` passed in; policy runs add ``policy``, the summary run ``policies``.
+
+:func:`log_run` logs one run of its own, a summary and tables (a sweep's trial, and the
+sweep's summary table).
 """
 
 from __future__ import annotations
@@ -194,6 +197,35 @@ def _log_report(
         )
         summary_run = _run_dir(run, mode)
     return LoggedGroup(group=group, policy_runs=policy_runs, summary_run=summary_run)
+
+
+def log_run(
+    *,
+    group: str,
+    name: str,
+    job_type: str,
+    out_dir: str | Path,
+    mode: str = "offline",
+    project: str = "specrl",
+    config: Mapping | None = None,
+    summary: Mapping | None = None,
+    tables: Mapping[str, tuple[list[str], list[list]]] | None = None,
+) -> Path | None:
+    """One wandb run in ``group``: ``summary`` in its summary and each of ``tables`` (name ->
+    (columns, rows)) logged as a ``wandb.Table`` (a sweep's trial, or the sweep's summary).
+    Writes under ``out_dir/wandb/``; returns the run directory (None with ``mode="disabled"``).
+    """
+    if mode not in WANDB_MODES:
+        raise SpecrlError(f"wandb mode {mode!r} is not one of {', '.join(WANDB_MODES)}")
+    import wandb
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _init(project, group, name, job_type, out_dir, mode, dict(config or {})) as run:
+        if tables:
+            run.log({key: wandb.Table(columns=c, data=r) for key, (c, r) in tables.items()})
+        run.summary.update(dict(summary or {}))
+        return _run_dir(run, mode)
 
 
 def _init(project, group, name, job_type, out_dir: Path, mode: str, config: dict):

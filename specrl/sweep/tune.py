@@ -1,0 +1,267 @@
+"""A sweep on Ray Tune: :func:`run_sweep`.
+
+Each trial of the spec's grid (:mod:`specrl.sweep.spec`) is one Tune trial of a grid search,
+run by :func:`specrl.sweep.trial.run_trial` with ``cpus_per_trial`` CPUs (and as many torch
+threads); Tune schedules them on this machine (Ray started embedded, dashboard off) or on the
+cluster at ``address``. The sweep's folder::
+
+    spec.json        the spec as validated: a resume must give the same one
+    ray/sweep/       Tune's experiment (its state, what each trial reported)
+    trials/<trial>/  each trial's run, tables, comparisons and metrics (specrl.sweep.trial)
+    summary.csv, summary.json, best/   the summary (specrl.sweep.summary)
+
+Nothing is lost on a crash: ``resume=True`` restores Tune's experiment (finished trials stay
+finished, the others run again) and a trial started again goes on from its own files: a
+finished trial is not retrained, a run stopped mid-way continues from its last PPO
+checkpoint. Ray's own temporary files stay in the system's temp folder (Ray's default).
+
+On a cluster of several machines, ``out`` and the profiles must be on a filesystem every
+node sees (NFS): each trial writes its folder where it runs, and Tune asks the same of its
+storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.files import read_json, write_json
+from specrl.sweep.cluster import check_address, import_ray, last_line
+from specrl.sweep.spec import SweepSpec, Trial
+from specrl.sweep.summary import RANKED_BY, Summary, log_summary, summarize, write_summary
+from specrl.sweep.trial import run_trial
+
+RAY_DIR = "ray"
+EXPERIMENT = "sweep"
+SPEC_FILE = "spec.json"
+JOIN_TIMEOUT_S = 20.0
+"""How long joining the cluster at ``--address`` may take once it accepted one."""
+TOKEN_HELP = (
+    "the cluster may want its authentication token (Ray's token auth, on by default): set "
+    "RAY_AUTH_MODE=token and give the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
+    "(https://docs.ray.io/en/latest/ray-security/token-auth.html)"
+)
+
+
+@dataclass
+class SweepResult:
+    out: Path
+    summary: Summary
+    seconds: dict[str, float] = field(default_factory=dict)
+    """``ray_start`` (Ray imported, up and connected), ``trials`` (Tune's run), ``total``."""
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Trial name -> its error."""
+        return self.summary.failed
+
+    @property
+    def exit_code(self) -> int:
+        """1 if a trial failed, else 0."""
+        return 1 if self.failed else 0
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    cpus_per_trial: int = 1,
+    resume: bool = False,
+) -> SweepResult:
+    """Run every trial of ``spec`` on Ray Tune, then write and print the summary (see the
+    module).
+
+    :param out: the sweep's folder.
+    :param address: a Ray cluster's head (``HOST:PORT``, ``ray://HOST:PORT`` or ``auto``);
+        None: Ray on this machine, started here (or the session this process already has).
+    :param max_concurrent: trials running at once at most (None: as many as the CPUs allow).
+    :param cpus_per_trial: CPUs Tune reserves for each trial, and its torch threads.
+    :param resume: finish the sweep already in ``out`` (the same spec).
+    """
+    start = time.perf_counter()
+    _check_counts(max_concurrent, cpus_per_trial)
+    out = Path(out).resolve()
+    trials = spec.trials()
+    _check_out(out, spec, resume)
+    if address is not None:
+        check_address(address)
+    clock = time.perf_counter()
+    ray = import_ray()
+    started = _start_ray(ray, address)
+    seconds = {"ray_start": round(time.perf_counter() - clock, 1)}
+    clock = time.perf_counter()
+    try:
+        write_json(out / SPEC_FILE, spec.to_json())
+        tuner = _tuner(trials, out, max_concurrent, cpus_per_trial, resume)
+        grid = tuner.fit()
+    finally:
+        if started:
+            ray.shutdown()
+    seconds["trials"] = round(time.perf_counter() - clock, 1)
+    ray_errors = {
+        r.config["trial"]["name"]: last_line(r.error) for r in grid if r.error is not None
+    }
+    summary = summarize(trials, out, ray_errors)
+    write_summary(summary, trials, out)
+    if spec.wandb != "disabled":
+        log_summary(summary, group=spec.name, out=out, mode=spec.wandb)
+    seconds["total"] = round(time.perf_counter() - start, 1)
+    print(
+        f"\nsweep {spec.name}: {len(trials)} trials, {len(summary.failed)} failed; Ray up in "
+        f"{seconds['ray_start']:.1f} s, the trials took {seconds['trials']:.1f} s"
+    )
+    print(summary.format())
+    print(f"wrote {out}/summary.csv, summary.json, best/, trials/")
+    return SweepResult(out, summary, seconds)
+
+
+def _check_counts(max_concurrent: int | None, cpus_per_trial: int) -> None:
+    for name, value in (("--max-concurrent", max_concurrent), ("--cpus-per-trial", cpus_per_trial)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise SpecrlError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_out(out: Path, spec: SweepSpec, resume: bool) -> None:
+    """``out`` holds no sweep, or (``resume``) a sweep of this very spec."""
+    saved = out / SPEC_FILE
+    if not saved.is_file():
+        if out.exists() and not out.is_dir():
+            raise SpecrlError(f"--out {out} is a file; a sweep needs a folder, give another")
+        return
+    if not resume:
+        raise SpecrlError(
+            f"{out} holds a sweep already ({SPEC_FILE}); finish it with --resume, or give "
+            "another --out"
+        )
+    if read_json(saved, "sweep spec", f"delete {out} to start again") != spec.to_json():
+        raise SpecrlError(
+            f"{out} holds a sweep of another spec (its {SPEC_FILE}); resume with the spec it "
+            "was started with, or give another --out"
+        )
+
+
+def _start_ray(ray, address: str | None) -> bool:
+    """Connect to Ray (the dashboard off, the workers' output left in their logs); False
+    where this process is connected already (that session is used, and left running)."""
+    if ray.is_initialized():
+        return False
+    settings = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        if address is None:
+            ray.init(**settings)
+        else:
+            _connect(ray, address, settings)
+    except (ConnectionError, RuntimeError, TimeoutError) as err:
+        if _refused_token(err):
+            raise SpecrlError(f"--address {address}: {TOKEN_HELP}") from None
+        where = f"at {address}" if address else "on this machine"
+        raise SpecrlError(f"Ray could not start {where}: {last_line(err)}") from None
+    return True
+
+
+def _refused_token(err: BaseException | None) -> bool:
+    """Whether the cluster refused this process's authentication token (Ray's error, or one
+    it raised from it)."""
+    while err is not None:
+        if "InvalidAuthToken" in str(err) or type(err).__name__ == "AuthenticationError":
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _connect(ray, address: str, settings: dict) -> None:
+    """``ray.init`` at ``address``, given up after :data:`JOIN_TIMEOUT_S`: at a port that
+    answers but is no Ray head (the dashboard's, a web server's) Ray retries for minutes.
+    In a thread, since a call into Ray cannot be interrupted; one given up is left behind."""
+    outcome = {}
+
+    def join() -> None:
+        try:
+            ray.init(address=address, **settings)
+        except BaseException as err:  # raised again in the caller's thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=join, name="ray-connect", daemon=True)
+    thread.start()
+    thread.join(JOIN_TIMEOUT_S)
+    if thread.is_alive():
+        raise SpecrlError(
+            f"--address {address}: something listens there, but no Ray head let this "
+            f"process join in {JOIN_TIMEOUT_S:.0f} s. Give the head's GCS address (`ray start "
+            "--head` prints it; port 6379 by default, not the dashboard's 8265); if it is, "
+            f"{TOKEN_HELP}"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def _tuner(trials: list[Trial], out: Path, max_concurrent, cpus_per_trial: int, resume: bool):
+    """Tune's grid over ``trials``, or the experiment in ``out`` restored (``resume``)."""
+    from ray import tune
+
+    trainable = tune.with_resources(_trainable(str(out), cpus_per_trial), {"cpu": cpus_per_trial})
+    path = out / RAY_DIR / EXPERIMENT
+    if resume and tune.Tuner.can_restore(str(path)):
+        return tune.Tuner.restore(str(path), trainable, resume_errored=True)
+    return tune.Tuner(
+        trainable,
+        param_space={"trial": tune.grid_search([t.to_json() for t in trials])},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=max_concurrent,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(out / RAY_DIR),
+            name=EXPERIMENT,
+            failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+            verbose=0,
+            callbacks=[_progress(len(trials))],
+        ),
+    )
+
+
+def _trainable(out: str, threads: int):
+    """The function Tune runs per trial: :func:`run_trial`, its metrics reported."""
+
+    def specrl_trial(config: dict) -> None:
+        import torch
+        from ray import tune
+
+        torch.set_num_threads(threads)
+        record = run_trial(Trial.from_json(config["trial"]), out, threads=threads)
+        tune.report(record["metrics"])
+
+    return specrl_trial
+
+
+def _trial_name(tune_trial) -> str:
+    return tune_trial.config["trial"]["name"]
+
+
+def _progress(total: int):
+    """A Tune callback printing a line as each trial ends."""
+    from ray import tune
+
+    class Progress(tune.Callback):
+        def __init__(self):
+            self.ended = 0
+
+        def _say(self, trial, text: str) -> None:
+            self.ended += 1
+            print(f"[{self.ended}/{total}] {_trial_name(trial)}: {text}", flush=True)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            ratio = (trial.last_result or {}).get(RANKED_BY)
+            self._say(trial, "finished" + (f", {ratio:.3f}x the engineer" if ratio else ""))
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._say(trial, "FAILED (see the summary)")
+
+    return Progress()
