@@ -6,9 +6,11 @@ table move when the draft's cost and acceptance change.
     python experiments/draft_size.py --help
 
 For each preset: build the pair if needed (a draft variant distils its draft from the base
-pair's target and is cached under $SPECRL_HOME, never shipped), measure a profile on this
-machine (both the same way, one after the other), train PPO on it, export the table, and
-compare it with the baselines in the surrogate on held-out seeds. Serving folklore says a
+pair's target and is cached under $SPECRL_HOME, never shipped) and measure a profile on this
+machine (both the same way, one after the other, into ``OUT/profiles/<preset>.json``). Then
+one sweep on Ray Tune (specrl.sweep.tune.run_sweep), a trial per profile, trains PPO on it,
+exports the table and compares it with the baselines in the surrogate on held-out seeds
+(``OUT/trials/<preset>-<mix>-s<seed>/``). Serving folklore says a
 larger draft lowers the batch size above which speculation stops paying; the table printed
 at the end shows whether it does here.
 """
@@ -22,11 +24,10 @@ from pathlib import Path
 from typing import Annotated
 
 from specrl.dataclass_cli import comma_list, one_of, script_main, value
-from specrl.files import write_json
+from specrl.files import read_json, write_json
 from specrl.options import (
     BATCH,
     N_REQUESTS_MAX,
-    SEED,
     THREADS,
     WANDB_MODES,
     int_in,
@@ -34,7 +35,6 @@ from specrl.options import (
     positive_int,
     workload_preset,
 )
-from specrl.seeds import HELD_OUT_SEED
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
@@ -75,12 +75,17 @@ class Args:
     """Workloads of the comparison."""
     episodes: Annotated[int, value(positive_int)] = 2
     """Comparison episodes per workload and policy."""
-    seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
-    """First seed of the comparison's traces (held out from training)."""
     n_requests: Annotated[int, value(int_in(0, N_REQUESTS_MAX))] = 0
     """Requests per surrogate trace; 0: the preset's own."""
     wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
-    """wandb mode: offline, online or disabled."""
+    """wandb mode: offline, online or disabled (one run per preset, in the group exp_name)."""
+    address: str = ""
+    """A Ray cluster's head node (HOST:PORT, ray://HOST:PORT or auto); empty: Ray on this
+    machine."""
+    max_concurrent: Annotated[int, value(positive_int)] = 1
+    """Presets training at once at most."""
+    cpus_per_trial: Annotated[int, value(THREADS)] = 1
+    """CPUs reserved per preset's trial, and its torch threads."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,47 +114,88 @@ def table_k_by_batch(table, acceptance: float) -> dict[str, int]:
 
 
 def run(args: Args) -> dict:
+    from specrl.errors import SpecrlError
+    from specrl.sweep.tune import SPEC_FILE, run_sweep
+
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
-    out.mkdir(parents=True, exist_ok=True)
-    results = {preset: _run_preset(args, preset, out / preset) for preset in args.presets}
+    if (out / SPEC_FILE).is_file():
+        raise SpecrlError(f"{out} holds a draft_size run already; give another --out")
+    measured = {preset: _measure(args, preset, out / "profiles") for preset in args.presets}
+    spec = _sweep_spec(args, [str(m[1]) for m in measured.values()])
+    result = run_sweep(
+        spec,
+        out,
+        address=args.address or None,
+        max_concurrent=args.max_concurrent,
+        cpus_per_trial=args.cpus_per_trial,
+    )
+    if result.failed:
+        raise SpecrlError(
+            "presets failed: "
+            + "; ".join(f"{name}: {error}" for name, error in result.failed.items())
+        )
+    trials = {t.profile_name: t for t in spec.trials()}
+    results = {
+        preset: _results(args, preset, out, trials[preset], *measured[preset])
+        for preset in args.presets
+    }
     write_json(out / "draft_size.json", results)
     _print_summary(results)
     print(f"wrote {out}/draft_size.json")
     return results
 
 
-def _run_preset(args: Args, preset: str, where: Path) -> dict:
-    """One pair's pipeline in ``where``: its profile, PPO run, table and comparison; what the
-    summary reports of it."""
+def _sweep_spec(args: Args, profiles: list[str]):
+    """The sweep of one trial per measured profile, trained and compared as these arguments
+    say."""
+    from specrl.sweep.spec import spec_from_json
+
+    train = {
+        "total_timesteps": args.total_timesteps,
+        "max_batch": max(args.batch_sizes),
+        "n_requests": args.n_requests or None,
+        "n_envs": args.n_envs,
+        "n_steps": args.n_steps,
+        "batch_size": args.batch_size,
+        "eval_every": min(25_000, args.total_timesteps),
+    }
+    obj = {
+        "name": args.exp_name,
+        "profiles": profiles,
+        "workloads": [list(DEFAULT.workloads)],
+        "seeds": [DEFAULT.seed],
+        "train": train,
+        "compare": {"workloads": list(args.workloads), "episodes": args.episodes},
+        "export": {"search": False},  # the native table is what is compared
+        "wandb": args.wandb,
+    }
+    return spec_from_json(obj, source="draft_size.py arguments")
+
+
+def _results(args: Args, preset: str, out: Path, trial, profile, profile_path, layers, params):
+    """What the summary reports of one preset: its profile, and its trial's table and
+    comparisons (the trial's folder also gets the table's plot)."""
     import numpy as np
 
-    from specrl.compare import compare_surrogate
-    from specrl.policies import default_policies
-    from specrl.report import log_comparison, plot_table
-    from specrl.train.to_table import checked_table
+    from specrl.report import plot_table
+    from specrl.sweep.trial import NATIVE_FILE, trial_dir
+    from specrl.table import load_table
 
-    where.mkdir(exist_ok=True)
-    max_batch = max(args.batch_sizes)
-    profile, profile_path, draft_layers, draft_params = _measure(args, preset, where)
-    config = _train(args, preset, where, profile_path, max_batch)
-    table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
-    table.save(where / "table.json")
+    where = trial_dir(out, trial)
+    trained = read_json(where / "run" / "summary.json", "run summary", f"delete {out}")
+    print(f"{preset}: PPO trained {trained['num_timesteps']:,} steps ({where})")
+    table = load_table(where / NATIVE_FILE)
     plot_table(table, where / "table.png")
     acceptance = float(np.mean(profile.mean_acceptance))
-    reports = compare_surrogate(
-        profile,
-        args.workloads,
-        [*default_policies(4), f"lookup:{where / 'table.json'}"],
-        episodes=args.episodes,
-        seed=args.seed,
-        max_batch=max_batch,
-        n_requests=args.n_requests or None,
-    )
-    log_comparison(reports, group=f"{args.exp_name}-{preset}", out_dir=where, mode=args.wandb)
+    over_best_static = {}
+    for workload in args.workloads:
+        report = read_json(where / f"compare-{workload}.json", "comparison", f"delete {out}")
+        mine = next(r for r in report["results"] if r["policy"] == "lookup:table.json")
+        over_best_static[workload] = mine["tokens_per_s"] / report["best_static"]["tokens_per_s"]
     cost = profile.step_seconds(0, 4, 0) / profile.step_seconds(0, 0, 0)
     return {
-        "draft_layers": draft_layers,
-        "draft_params": draft_params,
+        "draft_layers": layers,
+        "draft_params": params,
         "mean_acceptance": acceptance,
         "cost_k4_over_k0_at_batch_1": cost,
         "crossover_batch": crossover(profile),
@@ -158,16 +204,14 @@ def _run_preset(args: Args, preset: str, where: Path) -> dict:
             for b, row in zip(profile.batch_sizes, profile.tokens_per_s)
         },
         "table_k_by_batch": table_k_by_batch(table, acceptance),
-        "table_over_best_static": {
-            r.workload: r.result("lookup:table.json").tokens_per_s / r.best_static.tokens_per_s
-            for r in reports
-        },
+        "table_over_best_static": over_best_static,
     }
 
 
 def _measure(args: Args, preset: str, where: Path) -> tuple:
-    """The pair ``preset`` built and profiled on this machine, its profile saved in ``where``:
-    the profile, its path, and the draft's layer and parameter counts."""
+    """The pair ``preset`` built and profiled on this machine, its profile saved as
+    ``where/<preset>.json``: the profile, its path, and the draft's layer and parameter
+    counts."""
     import torch
 
     from specrl.models import load_default_pair
@@ -187,30 +231,10 @@ def _measure(args: Args, preset: str, where: Path) -> tuple:
         acceptance_rows=args.acceptance_rows,
         preset=preset,
     )
-    profile_path = where / "profile.json"
+    where.mkdir(parents=True, exist_ok=True)
+    profile_path = where / f"{preset}.json"
     profile.save(profile_path)
-    return profile, profile_path, draft_layers, draft_params
-
-
-def _train(args: Args, preset: str, where: Path, profile_path: Path, max_batch: int):
-    """PPO trained on the profile at ``profile_path``, its run in ``where/run``; its config."""
-    from specrl.train import train
-
-    print(f"{preset}: PPO, --total-timesteps {args.total_timesteps:,}")
-    config = TrainConfig(
-        out=str(where / "run"),
-        total_timesteps=args.total_timesteps,
-        profile=str(profile_path.resolve()),
-        max_batch=max_batch,
-        n_requests=args.n_requests or None,
-        n_envs=args.n_envs,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        eval_every=min(25_000, args.total_timesteps),
-        wandb=args.wandb,
-    )
-    print(f"{preset}: PPO trained {train(config).num_timesteps:,} steps")
-    return config
+    return profile, profile_path.resolve(), draft_layers, draft_params
 
 
 def _print_summary(results: dict) -> None:

@@ -1,23 +1,24 @@
 """Train PPO with several seeds, export each run's K table and compare every table with the
-baselines on held-out seeds: the mean and standard deviation of every ratio.
+baselines on held-out seeds: the mean and standard deviation of every ratio. Each seed is a
+trial of a sweep on Ray Tune (specrl.sweep.tune.run_sweep): Ray on this machine, or the
+cluster at --address.
 
     python experiments/seeds.py --seeds 0,1,2
+    python experiments/seeds.py --seeds 0,1,2 --max-concurrent 2
     python experiments/seeds.py --help
 
-Writes ``OUT/seed-<s>/`` (the run and its table.json), ``OUT/seeds.json`` (every ratio, per
-seed and workload, and their mean and std) and the wandb runs (offline by default: one group
-per seed and workload).
+Writes the sweep's folder (``OUT/trials/<profile>-<mix>-s<seed>/``: the run, its table.json
+and its comparisons; ``OUT/summary.{csv,json}``), ``OUT/seeds.json`` (every ratio, per seed
+and workload, and their mean and std) and the wandb runs (offline by default: one run per
+seed in the group ``exp_name``).
 
-Run again with the same ``--out`` after an interruption: a seed whose run finished is reused,
-one that was stopped continues from its last checkpoint (``specrl train --resume``), and a
-run made with other training arguments is refused. A comparison already logged to wandb with
-the same figures is not logged again (``OUT/seed-<s>/wandb-logged.json``).
+Run again with the same ``--out`` after an interruption: the sweep is resumed, a seed that
+finished is reused, one that was stopped continues from its last checkpoint, and other
+training arguments than the ones the sweep started with are refused.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import statistics
 import sys
 import time
@@ -26,25 +27,24 @@ from pathlib import Path
 from typing import Annotated
 
 from specrl.dataclass_cli import comma_list, one_of, script_main, value
-from specrl.files import write_json
+from specrl.files import read_json, write_json
 from specrl.options import (
     BATCH,
     N_REQUESTS_MAX,
     SEED,
+    THREADS,
     WANDB_MODES,
     int_in,
     nonnegative_int,
     positive_int,
     workload_preset,
 )
-from specrl.seeds import HELD_OUT_SEED
 from specrl.train import TrainConfig
 
 DEFAULT = TrainConfig()
 RATIOS = ("best_static", "oracle", "goodput", "off", "min_bucket_off")
-LOGGED_FILE = "wandb-logged.json"
-"""Per seed: the group, mode and ratios of the comparison logged to wandb, and its runs. A
-re-run whose comparison reads the same does not log a second copy into the group."""
+TABLE_POLICY = "lookup:table.json"
+"""The exported table's name in each trial's comparisons."""
 
 
 @dataclass
@@ -67,8 +67,6 @@ class Args:
     """Workloads of the comparison (and of training's own evaluation)."""
     episodes: Annotated[int, value(positive_int)] = 3
     """Comparison episodes per workload and policy."""
-    compare_seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
-    """First seed of the comparison's traces (held out from training and its evaluation)."""
     profile: str = ""
     """Hardware profile JSON; empty: the one shipped with specrl."""
     max_batch: Annotated[int, value(BATCH)] = DEFAULT.max_batch
@@ -86,81 +84,102 @@ class Args:
     eval_every: Annotated[int, value(nonnegative_int)] = DEFAULT.eval_every
     """Env steps between training's held-out evaluations (0: the final one only)."""
     wandb: Annotated[str, value(one_of(*WANDB_MODES))] = "offline"
-    """wandb mode: offline, online or disabled."""
+    """wandb mode: offline, online or disabled (one run per seed, in the group exp_name)."""
+    address: str = ""
+    """A Ray cluster's head node (HOST:PORT, ray://HOST:PORT or auto); empty: Ray on this
+    machine."""
+    max_concurrent: Annotated[int, value(positive_int)] = 1
+    """Seeds training at once at most."""
+    cpus_per_trial: Annotated[int, value(THREADS)] = 1
+    """CPUs reserved per seed's trial, and its torch threads."""
 
 
 def main(argv: list[str] | None = None) -> int:
     return script_main(Args, run, argv, __doc__, "seeds")
 
 
-def ratios(report, table_name: str) -> dict[str, float]:
-    """The table's tokens/s over each reference's in one comparison, and its lowest per-bucket
-    ratio to off."""
-    mine, off = report.result(table_name), report.result("off")
+def ratios(comparison: dict) -> dict[str, float]:
+    """The table's tokens/s over each reference's in one comparison (its JSON), and its lowest
+    per-bucket ratio to off."""
+    results = {r["policy"]: r for r in comparison["results"]}
+    mine, off = results[TABLE_POLICY], results["off"]
     out = {
-        "best_static": mine.tokens_per_s / report.best_static.tokens_per_s,
-        "oracle": mine.tokens_per_s / report.result("oracle").tokens_per_s,
-        "goodput": mine.tokens_per_s / report.result("goodput").tokens_per_s,
-        "off": mine.tokens_per_s / off.tokens_per_s,
+        "best_static": mine["tokens_per_s"] / comparison["best_static"]["tokens_per_s"],
+        "oracle": mine["tokens_per_s"] / results["oracle"]["tokens_per_s"],
+        "goodput": mine["tokens_per_s"] / results["goodput"]["tokens_per_s"],
+        "off": mine["tokens_per_s"] / off["tokens_per_s"],
     }
-    shared = [b for b in mine.bucket_tokens_per_s if b in off.bucket_tokens_per_s]
-    out["min_bucket_off"] = min(
-        mine.bucket_tokens_per_s[b] / off.bucket_tokens_per_s[b] for b in shared
-    )
+    mine_b, off_b = mine["bucket_tokens_per_s"], off["bucket_tokens_per_s"]
+    out["min_bucket_off"] = min(mine_b[b] / off_b[b] for b in mine_b if b in off_b)
     return out
 
 
-def _logged(path: Path) -> dict | None:
-    """The marker's fields but its run list, or None where there is none (or it is unreadable:
-    the comparison is then logged again)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return {k: v for k, v in data.items() if k != "runs"} if isinstance(data, dict) else None
+def sweep_spec(args: Args):
+    """The sweep these arguments describe: one profile and training mix, a trial per seed."""
+    from specrl.sweep.spec import spec_from_json
 
-
-def train_or_continue(config: TrainConfig) -> str:
-    """Train the run ``config`` describes: ``"trained"`` afresh, ``"resumed"`` from the last
-    checkpoint of a run stopped in ``config.out`` (started again where it stopped before its
-    first one), or ``"reused"`` when that run finished.
-    A run there made with other arguments (besides ``wandb``) is refused."""
-    from specrl.config import CHECKPOINT_DIR, CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
-    from specrl.errors import SpecrlError
-    from specrl.train import load_config, train
-
-    run_dir = Path(config.out)
-    if not (run_dir / CONFIG_FILE).is_file():
-        train(config)
-        return "trained"
-    changed = [n for n in config.changes_from(load_config(run_dir)) if n not in ("wandb", "out")]
-    if changed:
-        raise SpecrlError(
-            f"{run_dir} holds a run with another {', '.join(changed)}; pass the arguments it was "
-            "made with, or choose another --out"
-        )
-    if (run_dir / SUMMARY_FILE).is_file() and (run_dir / MODEL_FILE).is_file():
-        return "reused"
-    if not any((run_dir / CHECKPOINT_DIR).glob("step-*")):
-        # Stopped before its first checkpoint: nothing to go on from, so start it again.
-        shutil.rmtree(run_dir)
-        train(config)
-        return "started again (stopped before its first checkpoint)"
-    train(config, resume=True)
-    return "resumed"
+    train = {
+        "total_timesteps": args.total_timesteps,
+        "eval_workloads": list(args.eval_workloads),
+        "max_batch": args.max_batch,
+        "n_requests": args.n_requests or None,
+        "n_envs": args.n_envs,
+        "n_steps": args.n_steps,
+        "batch_size": args.batch_size,
+        "net_arch": list(args.net_arch),
+        "eval_every": args.eval_every,
+    }
+    obj = {
+        "name": args.exp_name,
+        "workloads": [list(args.workloads)],
+        "seeds": list(args.seeds),
+        "train": train,
+        "compare": {"workloads": list(args.eval_workloads), "episodes": args.episodes},
+        "export": {"search": False},  # the native table is what is compared
+        "wandb": args.wandb,
+    }
+    if args.profile:
+        obj["profiles"] = [args.profile]
+    return spec_from_json(obj, source="seeds.py arguments")
 
 
 def run(args: Args) -> dict:
     from specrl.errors import SpecrlError
+    from specrl.sweep.trial import METRICS_FILE, trial_dir
+    from specrl.sweep.tune import run_sweep
 
     if len(set(args.seeds)) != len(args.seeds):
         raise SpecrlError(
             f"--seeds {','.join(map(str, args.seeds))} repeats a seed: a repeat is the same run "
             "again, and its spread would read 0; give distinct seeds"
         )
+    spec = sweep_spec(args)
     out = Path(args.out or f"runs/{args.exp_name}__{int(time.time())}")
-    out.mkdir(parents=True, exist_ok=True)
-    per_seed = {seed: _run_seed(args, seed, out / f"seed-{seed}") for seed in args.seeds}
+    trials = spec.trials()
+    finished = {t.seed for t in trials if (trial_dir(out, t) / METRICS_FILE).is_file()}
+    result = run_sweep(
+        spec,
+        out,
+        address=args.address or None,
+        max_concurrent=args.max_concurrent,
+        cpus_per_trial=args.cpus_per_trial,
+        resume=True,
+    )
+    if result.failed:
+        raise SpecrlError(
+            "seeds failed: "
+            + "; ".join(f"{name}: {error}" for name, error in result.failed.items())
+        )
+    per_seed = {}
+    for trial in trials:
+        where = trial_dir(out, trial)
+        record = read_json(where / METRICS_FILE, "trial metrics", f"delete {where}")
+        training = "reused" if trial.seed in finished else record["training"]
+        print(f"seed {trial.seed}: {where}: {training}")
+        per_seed[trial.seed] = {
+            w: ratios(read_json(where / f"compare-{w}.json", "comparison", f"delete {where}"))
+            for w in args.eval_workloads
+        }
     summary, lines = _summary(args, per_seed)
     write_json(out / "seeds.json", summary)
     print(
@@ -170,71 +189,6 @@ def run(args: Args) -> dict:
     print("\n".join(lines))
     print(f"wrote {out}/seeds.json")
     return summary
-
-
-def _run_seed(args: Args, seed: int, where: Path) -> dict[str, dict[str, float]]:
-    """One seed's run in ``where``: trained (or taken up again), exported and compared on
-    held-out seeds, the comparison logged unless it already is; the table's ratios per
-    workload."""
-    from specrl.compare import compare_surrogate
-    from specrl.policies import default_policies
-    from specrl.profile import load_profile
-    from specrl.train.to_table import checked_table
-
-    config = TrainConfig(
-        out=str(where / "run"),
-        seed=seed,
-        total_timesteps=args.total_timesteps,
-        workloads=args.workloads,
-        eval_workloads=args.eval_workloads,
-        profile=args.profile or None,
-        max_batch=args.max_batch,
-        n_requests=args.n_requests or None,
-        n_envs=args.n_envs,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        net_arch=args.net_arch,
-        eval_every=args.eval_every,
-        wandb=args.wandb,
-    )
-    print(f"\nseed {seed}: {config.out}")
-    print(f"seed {seed}: {train_or_continue(config)}")
-    table, _ = checked_table(config.out, progress=False)  # as `specrl export` writes it
-    table_path = where / "table.json"
-    table.save(table_path)
-    profile = load_profile(table.provenance["profile_path"])
-    specs = [*default_policies(profile.k_max), f"lookup:{table_path}"]
-    reports = compare_surrogate(
-        profile,
-        args.eval_workloads,
-        specs,
-        episodes=args.episodes,
-        seed=args.compare_seed,
-        k_max=config.k_max,
-        max_batch=args.max_batch,
-        n_requests=args.n_requests or None,
-    )
-    name = f"lookup:{table_path.name}"
-    seed_ratios = {r.workload: ratios(r, name) for r in reports}
-    _log_once(args, seed, where, reports, seed_ratios)
-    return seed_ratios
-
-
-def _log_once(args: Args, seed: int, where: Path, reports, seed_ratios: dict) -> None:
-    """Log one seed's comparison to wandb, unless its marker in ``where`` says this very
-    comparison is there already; a logged one leaves that marker."""
-    from specrl.report import log_comparison
-
-    group = f"{args.exp_name}-seed{seed}"
-    logged = {"group": group, "mode": args.wandb, "ratios": seed_ratios}
-    marker = where / LOGGED_FILE
-    if args.wandb != "disabled" and _logged(marker) == logged:
-        print(f"seed {seed}: this comparison is already in wandb group {group}; not logged")
-        return
-    groups = log_comparison(reports, group=group, out_dir=where, mode=args.wandb)
-    if args.wandb != "disabled":
-        runs = [str(p) for g in groups for p in [*g.policy_runs.values(), g.summary_run]]
-        write_json(marker, {**logged, "runs": runs})
 
 
 def _summary(

@@ -108,7 +108,7 @@ def test_compare_script_writes_each_workloads_comparison(tmp_path):
     assert len(list((out / "wandb").glob("offline-run-*"))) == 2 * 3  # 2 policies + summary
 
 
-def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys, monkeypatch):
+def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
     seeds = load("seeds")
     out = tmp_path / "seeds"
     args = [
@@ -144,58 +144,39 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys, 
         assert all(v > 0 for v in values)
         assert summary["mean"]["ramp"][ratio] == pytest.approx(statistics.fmean(values))
         assert summary["std"]["ramp"][ratio] == pytest.approx(statistics.stdev(values))
+    trials = out / "trials"
     for s in (0, 1):
-        assert (out / f"seed-{s}" / "table.json").is_file()
-        assert (out / f"seed-{s}" / "run" / "model.zip").is_file()
+        (trial,) = trials.glob(f"*-ramp+steady-8-s{s}")
+        assert (trial / "table.json").is_file()
+        assert (trial / "run" / "model.zip").is_file()
+    assert (out / "summary.json").is_file()
 
-    # Again with the same --out: both finished runs are reused, the same figures come out.
+    # Again with the same --out: the sweep resumed, both finished seeds reused, the same
+    # figures come out.
+    model = (trial / "run" / "model.zip").read_bytes()
     capsys.readouterr()
     assert seeds.main(args) == 0
     assert capsys.readouterr().out.count(": reused") == 2
     assert json.loads((out / "seeds.json").read_text()) == summary
-    # Logged to wandb once per seed: a re-run with the same figures does not add a copy.
-    logged = []
-
-    def log(reports, *, group, out_dir, mode):
-        from specrl.report import LoggedGroup
-
-        logged.append((group, mode))
-        return [LoggedGroup(group, {"off": out_dir / "wandb" / "r1"}, out_dir / "wandb" / "s")]
-
-    monkeypatch.setattr("specrl.report.log_comparison", log)
-    offline = [*args[:-1], "offline"]
-    assert seeds.main(offline) == 0
-    assert logged == [("seeds-seed0", "offline"), ("seeds-seed1", "offline")]
-    marker = json.loads((out / "seed-0" / seeds.LOGGED_FILE).read_text())
-    assert marker["ratios"] == summary["per_seed"]["0"]
-    assert marker["runs"] == [str(out / "seed-0" / "wandb" / n) for n in ("r1", "s")]
-    capsys.readouterr()
-    assert seeds.main(offline) == 0
-    assert len(logged) == 2
-    assert capsys.readouterr().out.count("already in wandb group seeds-seed") == 2
-    # Figures that differ from the logged ones (a changed marker stands in for them): logged.
-    marker_1 = out / "seed-1" / seeds.LOGGED_FILE
-    marker_1.write_text(json.dumps({**json.loads(marker_1.read_text()), "ratios": {}}))
-    assert seeds.main(offline) == 0
-    assert logged[2:] == [("seeds-seed1", "offline")]
-    # Other training arguments than the runs there were made with: refused, nothing touched.
-    before = (out / "seed-0" / "run" / "model.zip").read_bytes()
+    assert (trial / "run" / "model.zip").read_bytes() == model
+    # Other training arguments than the sweep there was started with: refused before Ray
+    # starts, nothing touched.
     longer = [*args[: args.index("--total-timesteps") + 1], "512"]
     longer += args[args.index("--total-timesteps") + 2 :]
     assert seeds.main(longer) == 2
-    assert "another total_timesteps" in capsys.readouterr().err
-    assert (out / "seed-0" / "run" / "model.zip").read_bytes() == before
+    assert "holds a sweep of another spec" in capsys.readouterr().err
+    assert (trial / "run" / "model.zip").read_bytes() == model
     # A repeated seed would read a spread of 0: refused before anything runs.
     repeated = [*args[: args.index("--seeds") + 1], "0,0"] + args[args.index("--seeds") + 2 :]
     assert seeds.main(repeated) == 2
     assert "--seeds 0,0 repeats a seed" in capsys.readouterr().err
 
 
-def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
+def test_a_trial_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     from specrl.profile.synthetic import linear_profile
+    from specrl.sweep.trial import train_or_resume
     from specrl.train import latest_checkpoint
 
-    seeds = load("seeds")
     profile = tmp_path / "linear.json"
     linear_profile().save(profile)
     config = tiny(
@@ -207,7 +188,7 @@ def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
         eval_every=0,
         warm_start="none",
     )
-    assert seeds.train_or_continue(config) == "trained"
+    assert train_or_resume(config) == "trained"
     run = Path(config.out)
     # As if stopped after the first checkpoint: the last one and the finished files gone.
     for name in ("summary.json", "model.zip"):
@@ -218,14 +199,14 @@ def test_seeds_script_continues_a_stopped_run_from_its_checkpoint(tmp_path):
         f.unlink() if f.is_file() else f.rmdir()
     last.rmdir()
     assert latest_checkpoint(run).num_timesteps == 128
-    assert seeds.train_or_continue(config) == "resumed"
+    assert train_or_resume(config) == "resumed"
     assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
-    assert seeds.train_or_continue(config) == "reused"
+    assert train_or_resume(config) == "reused"
     # As if stopped before its first checkpoint: only config.json and logs there. Nothing to
     # go on from, so it starts again (`specrl train --resume` would refuse).
     for name in ("summary.json", "model.zip", "best_model.zip", "last_model.zip", "checkpoints"):
         shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
-    assert seeds.train_or_continue(config).startswith("started again")
+    assert train_or_resume(config) == "trained"
     assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
 
 
@@ -271,8 +252,9 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
         assert all(0 <= k <= 4 for k in r["table_k_by_batch"].values())
         assert r["crossover_batch"] in (None, 1, 2)
         assert 0 < r["mean_acceptance"] <= 1 and r["table_over_best_static"]["ramp"] > 0
-        assert (out / preset / "table.json").is_file()
-        assert (out / preset / "profile.json").is_file()
+        (trial,) = (out / "trials").glob(f"{preset}-mixed+*")
+        assert (trial / "table.json").is_file() and (trial / "table.png").is_file()
+        assert (out / "profiles" / f"{preset}.json").is_file()
 
 
 def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path):
