@@ -97,7 +97,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr(tune, "_start_ray", refuse)
+    monkeypatch.setattr(tune, "start_ray", refuse)
 
 
 BAD_SPECS = {
