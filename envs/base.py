@@ -32,6 +32,13 @@ OBS_NAMES = (
     "last_accept",
 )
 """Observation entries, in order; computed with :mod:`specrl.features` (see ``LiveSpecEnv``)."""
+BATCH = OBS_NAMES.index("batch")
+ACCEPTANCE = OBS_NAMES.index("acceptance")
+STALENESS = OBS_NAMES.index("staleness")
+CONTEXT = OBS_NAMES.index("context")
+LAST_K = OBS_NAMES.index("last_k")
+LAST_ACCEPT = OBS_NAMES.index("last_accept")
+"""The index of each entry the controllers read."""
 
 
 class Served(NamedTuple):

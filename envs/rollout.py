@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specrl.envs.base import OBS_NAMES
+from specrl.envs.base import ACCEPTANCE
 from specrl.errors import SpecrlError
 
-_ACCEPTANCE = OBS_NAMES.index("acceptance")
 LIVE_WARMUP_STEPS = 30
 """Steps a live comparison plays and discards before its first measured episode
 (:func:`warm_up`): a fresh process's first steps are slow."""
@@ -81,7 +80,7 @@ def run_episode(
         result.step_k.append(info["k"])
         result.step_tokens.append(info["committed"])
         result.step_seconds.append(info["step_time_s"])
-        result.step_acceptance.append(float(obs[_ACCEPTANCE]))
+        result.step_acceptance.append(float(obs[ACCEPTANCE]))
     result.mean_step_tokens_per_s = rate_sum / max(result.steps, 1)
     result.request_tpot_s = list(env.unwrapped.request_tpot_s)
     return result

@@ -21,14 +21,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from specrl.envs.base import OBS_NAMES, observation_rows
+from specrl.envs.base import ACCEPTANCE, BATCH, OBS_NAMES, STALENESS, observation_rows
 from specrl.envs.surrogate import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.profile.schema import Profile
-
-_BATCH = OBS_NAMES.index("batch")
-_ACCEPTANCE = OBS_NAMES.index("acceptance")
-_STALENESS = OBS_NAMES.index("staleness")
 
 POLICY_OBS_NAMES = ("log_batch", "acceptance", "stale")
 """What the network reads, from the env's observation, and nothing more: what an exported
@@ -76,9 +72,9 @@ def policy_observation(obs, max_batch: int) -> np.ndarray:
     if arr.ndim not in (1, 2) or arr.shape[-1] != len(OBS_NAMES):
         observation_rows(arr)  # raises, naming the expected shape
     return features(
-        np.rint(arr[..., _BATCH] * max_batch),
-        arr[..., _ACCEPTANCE],
-        arr[..., _STALENESS] >= 1.0,
+        np.rint(arr[..., BATCH] * max_batch),
+        arr[..., ACCEPTANCE],
+        arr[..., STALENESS] >= 1.0,
         max_batch,
     )
 
@@ -299,10 +295,10 @@ class PolicyObservation(gym.ObservationWrapper):
         """:func:`~policy_observation` of one observation, entry by entry
         (it is on the hot path of training; a test checks the two are equal)."""
         mb = self.max_batch
-        stale = observation[_STALENESS] >= 1.0
+        stale = observation[STALENESS] >= 1.0
         obs = np.empty(3, dtype=np.float32)
-        obs[0] = self._log_batch[min(max(int(np.rint(observation[_BATCH] * mb)), 1), mb)]
-        obs[1] = 0.0 if stale else observation[_ACCEPTANCE]
+        obs[0] = self._log_batch[min(max(int(np.rint(observation[BATCH] * mb)), 1), mb)]
+        obs[1] = 0.0 if stale else observation[ACCEPTANCE]
         obs[2] = 1.0 if stale else 0.0
         return obs
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specrl.envs.base import LAST_ACCEPT
 from specrl.errors import SpecrlError
 from specrl.policies.base import (
-    LAST_ACCEPT,
     StatefulKPolicy,
     check_int,
     drafted_last_step,

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.envs.base import OBS_NAMES, observation_rows
+from specrl.envs.base import (
+    BATCH,
+    LAST_K,
+    STALENESS,
+    observation_rows,
+)
 from specrl.errors import SpecrlError
 from specrl.features import NEVER_MEASURED, STALE_STEPS
-
-BATCH = OBS_NAMES.index("batch")
-ACCEPTANCE = OBS_NAMES.index("acceptance")
-STALENESS = OBS_NAMES.index("staleness")
-CONTEXT = OBS_NAMES.index("context")
-LAST_K = OBS_NAMES.index("last_k")
-LAST_ACCEPT = OBS_NAMES.index("last_accept")
 
 
 def rows_in_batch(rows: np.ndarray, max_batch: int) -> np.ndarray:  # rows: [n_envs, 8]

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.envs.base import CONTEXT, LAST_ACCEPT, STALENESS
 from specrl.errors import SpecrlError
 from specrl.features import ACCEPTANCE_EMA, conditional_acceptance
 from specrl.policies.base import (
-    CONTEXT,
-    LAST_ACCEPT,
-    STALENESS,
     StatefulKPolicy,
     check_int,
     drafted_last_step,

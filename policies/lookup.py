@@ -16,15 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from specrl.controller import LookupController, check_provenance
+from specrl.envs.base import ACCEPTANCE, CONTEXT, STALENESS
 from specrl.errors import SpecrlError
-from specrl.policies.base import (
-    ACCEPTANCE,
-    CONTEXT,
-    STALENESS,
-    KPolicy,
-    rows_in_batch,
-    since_measured,
-)
+from specrl.policies.base import KPolicy, rows_in_batch, since_measured
 from specrl.table import KTable, load_table
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.config import MODEL_FILE, load_config
-from specrl.envs.base import OBS_NAMES, observation_rows
+from specrl.envs.base import STALENESS, observation_rows
 from specrl.envs.training import (
     POLICY_OBS_NAMES,
     apply_probe,
@@ -27,8 +27,6 @@ from specrl.envs.training import (
 from specrl.errors import SpecrlError
 from specrl.features import NEVER_MEASURED
 from specrl.policies.base import KPolicy, _episode_starts, since_measured
-
-_STALENESS = OBS_NAMES.index("staleness")
 
 
 class PPOPolicy(KPolicy):
@@ -110,7 +108,7 @@ class PPOPolicy(KPolicy):
             self._since = [NEVER_MEASURED] * len(rows)
             starts = np.ones(len(rows), dtype=bool)
         self._since = [
-            since_measured(prev, float(row[_STALENESS]), bool(start))
+            since_measured(prev, float(row[STALENESS]), bool(start))
             for prev, row, start in zip(self._since, rows, starts)
         ]
         actions = apply_probe(np.asarray(actions, dtype=np.int64).reshape(-1), self._since)

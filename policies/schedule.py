@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.envs.base import CONTEXT
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.policies.base import CONTEXT, KPolicy, check_int, rows_in_batch
+from specrl.policies.base import KPolicy, check_int, rows_in_batch
 from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, read_sglang
 from specrl.table.stacks import read_stack_file
 from specrl.table.trtllm import read_trtllm

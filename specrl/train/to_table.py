@@ -171,7 +171,7 @@ def visited_cells(
     a fresh acceptance estimate (staleness below 1) at that batch size and bin."""
     from tqdm.auto import tqdm
 
-    from specrl.policies.base import ACCEPTANCE, STALENESS
+    from specrl.envs.base import ACCEPTANCE, STALENESS
 
     run = as_run(run_dir)
     config, policy = run.config, run.policy
@@ -286,7 +286,7 @@ def play_policy(
     workloads in the surrogate, and record what a table needs to shadow it."""
     from tqdm.auto import tqdm
 
-    from specrl.policies.base import ACCEPTANCE, STALENESS
+    from specrl.envs.base import ACCEPTANCE, STALENESS
 
     run = as_run(run_dir)
     config, policy = run.config, run.policy
