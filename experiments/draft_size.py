@@ -178,8 +178,9 @@ def _results(args: Args, preset: str, out: Path, trial, profile, profile_path, l
     import numpy as np
 
     from specrl.report import plot_table
-    from specrl.sweep.trial import NATIVE_FILE, trial_dir
+    from specrl.sweep.trial import trial_dir
     from specrl.table import load_table
+    from specrl.train.exports import NATIVE_FILE
 
     where = trial_dir(out, trial)
     trained = read_json(where / "run" / "summary.json", "run summary", f"delete {out}")

@@ -38,8 +38,6 @@ from specrl.report import (
 )
 from specrl.results import best_static
 from specrl.seeds import HELD_OUT_SEED
-from specrl.table import load_table
-from specrl.train.to_table import checked_table
 from specrl.train.trained import TrainedRun
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
@@ -342,40 +340,25 @@ class _Exported:
 def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dict) -> _Exported:
     """The run's native table, checked against its policy, and each stack's searched schedule,
     written under ``run_dir``."""
-    from specrl.train.search import STACK_FORMATS, search_run, searched_export
+    from specrl.train.exports import write_exports
 
-    run = TrainedRun.load(train_dir)  # loaded once, for the table and the search
-    table, fidelity = checked_table(run, progress=options.progress)
-    if not fidelity.passed:
-        _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
-    _say(_indent(fidelity.format()))
-    acceptance = table.provenance["operating_acceptance"]
-    native = run_dir / "table.json"
-    table.save(native)
-    table = load_table(native)  # what a server would read, validated
-    artifacts["K table (native)"] = str(native)
-    failed: dict[str, SpecrlError] = {}
-    searched = search_run(
-        run,
-        table,
-        list(STACK_FORMATS),
-        acceptance=acceptance,
-        progress=options.progress,
-        errors=failed,
+    written = write_exports(
+        TrainedRun.load(train_dir), run_dir, search=True, progress=options.progress
     )
+    if not written.fidelity.passed:
+        _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
+    _say(_indent(written.fidelity.format()))
+    artifacts["K table (native)"] = str(written.native)
     schedules = []
-    for fmt in STACK_FORMATS:
-        if fmt in failed:
-            _say(f"  {fmt}: not written: {failed[fmt]}")
+    for stack in written.stacks:
+        if stack.error is not None:
+            _say(f"  {stack.fmt}: not written: {stack.error}")
             continue
-        path = run_dir / f"table-{fmt}.json"
-        obj = searched_export(table, searched[fmt], acceptance)
-        write_json(path, obj)
-        schedules.append(f"schedule:{path}")
-        artifacts[f"K schedule ({fmt}, searched)"] = str(path)
-        _say(_indent(searched[fmt].describe()))
-        _say(f"  {fmt}: {json.dumps(obj['speculative_config'])}")
-    return _Exported(table, fidelity, native, schedules)
+        schedules.append(f"schedule:{stack.path}")
+        artifacts[f"K schedule ({stack.fmt}, searched)"] = str(stack.path)
+        _say(_indent(stack.searched.describe()))
+        _say(f"  {stack.fmt}: {json.dumps(stack.config['speculative_config'])}")
+    return _Exported(written.table, written.fidelity, written.native, schedules)
 
 
 def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:

@@ -42,18 +42,15 @@ from specrl.profile import load_profile
 from specrl.report import log_run
 from specrl.seeds import HELD_OUT_SEED
 from specrl.sweep.spec import Trial
-from specrl.table import load_table
-from specrl.table.stacks import export_file
 from specrl.train.checkpoint import latest_checkpoint
+from specrl.train.exports import NATIVE_FILE, write_exports
 from specrl.train.run import train
-from specrl.train.search import STACK_FORMATS, search_run, searched_export
-from specrl.train.to_table import checked_table
+from specrl.train.search import STACK_FORMATS
 from specrl.train.trained import TrainedRun
 
 TRIALS_DIR = "trials"
 METRICS_FILE = "metrics.json"
 ERROR_FILE = "error.json"
-NATIVE_FILE = "table.json"
 RATIOS = ("engineer", "best_static", "off")
 """The table's tokens/s is divided by each: the engineer (the better of ``threshold:tuned``
 and ``sweep``), the best static K, and speculation off."""
@@ -61,10 +58,6 @@ and ``sweep``), the best static K, and speculation off."""
 
 def trial_dir(out: str | Path, trial: Trial) -> Path:
     return Path(out) / TRIALS_DIR / trial.name
-
-
-def stack_file(fmt: str) -> str:
-    return f"table-{fmt}.json"
 
 
 def run_trial(trial: Trial, out: str | Path, *, threads: int = 1) -> dict:
@@ -176,38 +169,18 @@ def train_or_resume(config: TrainConfig) -> str:
 
 
 def export_all(run_dir: str | Path, where: Path, *, search: bool) -> tuple[dict, list[str]]:
-    """The run's native table (checked against its policy) and each stack's file in
-    ``where``: per format ``{"file": name}`` or ``{"error": why it was not written}``, and the
-    policies (``lookup:``, ``schedule:``) that play what was written."""
-    run = TrainedRun.load(run_dir)  # loaded once, for the table and the search
-    table, fidelity = checked_table(run, progress=False)
-    native = where / NATIVE_FILE
-    table.save(native)
-    table = load_table(native)  # what a server would read, validated
-    acceptance = table.provenance["operating_acceptance"]
-    exports = {"native": {"file": NATIVE_FILE, "fidelity_passed": fidelity.passed}}
-    specs = [f"lookup:{native}"]
-    failed: dict[str, SpecrlError] = {}
-    searched = {}
-    if search:
-        searched = search_run(
-            run, table, list(STACK_FORMATS), acceptance=acceptance, progress=False, errors=failed
-        )
-    for fmt in STACK_FORMATS:
-        try:
-            if fmt in failed:
-                raise failed[fmt]
-            obj = (
-                searched_export(table, searched[fmt], acceptance)
-                if search
-                else export_file(table, fmt=fmt, acceptance=acceptance)
-            )
-        except SpecrlError as err:
-            exports[fmt] = {"error": str(err)}
+    """The run's tables in ``where`` (:func:`specrl.train.exports.write_exports`): per format
+    ``{"file": name}`` or ``{"error": why it was not written}``, and the policies
+    (``lookup:``, ``schedule:``) that play what was written."""
+    written = write_exports(TrainedRun.load(run_dir), where, search=search, progress=False)
+    exports = {"native": {"file": NATIVE_FILE, "fidelity_passed": written.fidelity.passed}}
+    specs = [f"lookup:{written.native}"]
+    for stack in written.stacks:
+        if stack.error is not None:
+            exports[stack.fmt] = {"error": str(stack.error)}
             continue
-        write_json(where / stack_file(fmt), obj)
-        exports[fmt] = {"file": stack_file(fmt)}
-        specs.append(f"schedule:{where / stack_file(fmt)}")
+        exports[stack.fmt] = {"file": stack.path.name}
+        specs.append(f"schedule:{stack.path}")
     return exports, specs
 
 

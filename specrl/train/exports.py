@@ -1,0 +1,77 @@
+"""A finished run's tables, written to a folder: the native table, checked against its
+policy, and each serving stack's file. ``specrl demo`` and a sweep's trials write them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrl.errors import SpecrlError
+from specrl.files import write_json
+from specrl.table import KTable, load_table
+from specrl.table.stacks import export_file
+from specrl.train.search import STACK_FORMATS, SearchResult, search_run, searched_export
+from specrl.train.to_table import Fidelity, checked_table
+from specrl.train.trained import TrainedRun
+
+NATIVE_FILE = "table.json"
+
+
+def stack_file(fmt: str) -> str:
+    return f"table-{fmt}.json"
+
+
+@dataclass
+class StackExport:
+    """One stack's file: written (``path``, its contents ``config``, and the search that
+    chose it) or not (``error``, why)."""
+
+    fmt: str
+    path: Path | None = None
+    config: dict | None = None
+    searched: SearchResult | None = None
+    error: SpecrlError | None = None
+
+
+@dataclass
+class Exports:
+    table: KTable
+    """The native table as a server reads it back, validated."""
+    fidelity: Fidelity
+    native: Path
+    stacks: list[StackExport]
+    """In :data:`~specrl.train.search.STACK_FORMATS` order."""
+
+
+def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool) -> Exports:
+    """The run's native table (checked against its policy) and each stack's file in
+    ``where``: its best schedule (``search``), else the table collapsed at its operating
+    acceptance. A format that cannot hold the table is recorded, not raised."""
+    table, fidelity = checked_table(run, progress=progress)
+    native = where / NATIVE_FILE
+    table.save(native)
+    table = load_table(native)  # what a server would read, validated
+    acceptance = table.provenance["operating_acceptance"]
+    failed: dict[str, SpecrlError] = {}
+    searched = {}
+    if search:
+        formats = list(STACK_FORMATS)
+        searched = search_run(
+            run, table, formats, acceptance=acceptance, progress=progress, errors=failed
+        )
+    stacks = []
+    for fmt in STACK_FORMATS:
+        try:
+            if fmt in failed:
+                raise failed[fmt]
+            obj = (
+                searched_export(table, searched[fmt], acceptance)
+                if search
+                else export_file(table, fmt=fmt, acceptance=acceptance)
+            )
+        except SpecrlError as err:
+            stacks.append(StackExport(fmt, error=err))
+            continue
+        write_json(where / stack_file(fmt), obj)
+        stacks.append(StackExport(fmt, where / stack_file(fmt), obj, searched.get(fmt)))
+    return Exports(table, fidelity, native, stacks)
