@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from specrl.dataclass_cli import script_main, value
-from specrl.options import THREADS, nonnegative_int
+from specrl.options import nonnegative_int
 
 
 @dataclass
@@ -32,9 +32,11 @@ class Args:
     """A Ray cluster's head node (HOST:PORT from `ray start --head`, ray://HOST:PORT, or auto);
     empty: Ray on this machine."""
     max_concurrent: Annotated[int, value(nonnegative_int)] = 0
-    """Trials running at once at most; 0: as many as the CPUs allow."""
-    cpus_per_trial: Annotated[int, value(THREADS)] = 1
-    """CPUs reserved per trial, and its torch threads."""
+    """Trials running at once at most; 0: as many as the CPUs allow (with --resume: what the
+    sweep was started with)."""
+    cpus_per_trial: Annotated[int, value(nonnegative_int)] = 0
+    """CPUs reserved per trial, and its torch threads; 0: 1 (with --resume: what the sweep was
+    started with)."""
     resume: bool = False
     """Finish the sweep in --out: finished trials are kept, stopped runs continue from their
     last checkpoint."""
@@ -55,7 +57,7 @@ def run(args: Args):
         args.out,
         address=args.address or None,
         max_concurrent=args.max_concurrent or None,
-        cpus_per_trial=args.cpus_per_trial,
+        cpus_per_trial=args.cpus_per_trial or None,
         resume=args.resume,
     )
 

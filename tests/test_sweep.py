@@ -121,6 +121,23 @@ BAD_SPECS = {
         "train: gamma must be a number in (0.0, 1.0], got 2.0 (trial lin-",
     ),
     "mix not a list of lists": ({"workloads": ["ramp", "day"]}, "write [[ramp, day]]"),
+    "unknown fleet key": (
+        {"fleet": [{"acelerator": "accel:H200", "preset": "micro"}]},
+        "unknown key fleet[0].acelerator; did you mean fleet[0].accelerator?",
+    ),
+    "fleet job without a pair": (
+        {"fleet": [{"accelerator": "accel:H200"}]},
+        "fleet[0]: fleet job on accel:H200: give preset (a default pair) or target and draft",
+    ),
+    "fleet job with a bad grid": (
+        {"fleet": [{"accelerator": "a", "preset": "micro", "grid": {"reps": 0}}]},
+        "fleet[0]: reps must be",
+    ),
+    "two fleet jobs writing one file": (
+        {"fleet": [{"accelerator": a, "preset": "micro"} for a in ("accel:H200", "accel_H200")]},
+        "fleet (the profile files its jobs write) repeats 'profile-micro-accel_H200.json'",
+    ),
+    "fleet not a list": ({"fleet": {"accelerator": "a"}}, "fleet must be a list of profiling"),
 }
 
 
@@ -162,6 +179,28 @@ def test_an_out_holding_a_sweep_needs_resume(tmp_path, profile_path, capsys, no_
     assert "holds a sweep already" in capsys.readouterr().err
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--resume"]) == 2
     assert "holds a sweep of another spec" in capsys.readouterr().err
+
+
+def test_a_resume_keeps_the_options_the_sweep_was_started_with(
+    tmp_path, profile_path, capsys, no_ray
+):
+    spec = write_spec(tmp_path / "s.yaml", tiny_spec(profile_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / tune.SPEC_FILE).write_text(json.dumps(load_spec(spec).to_json()))
+    (out / tune.OPTIONS_FILE).write_text(json.dumps({"max_concurrent": 1, "cpus_per_trial": 1}))
+    command = ["sweep", str(spec), "--out", str(out), "--resume"]
+    assert main([*command, "--max-concurrent", "2"]) == 2
+    assert (
+        f"--max-concurrent 2: the sweep in {out} was started with --max-concurrent 1, and a "
+        "resumed sweep keeps it" in capsys.readouterr().err
+    )
+    assert main([*command, "--cpus-per-trial", "2"]) == 2
+    assert "--cpus-per-trial 2: the sweep in" in capsys.readouterr().err
+    # Not given, or given as started: the saved options.
+    assert tune._options(out, None, None, True) == {"max_concurrent": 1, "cpus_per_trial": 1}
+    assert tune._options(out, 1, 1, True) == {"max_concurrent": 1, "cpus_per_trial": 1}
+    assert tune._options(out, None, None, False) == {"max_concurrent": None, "cpus_per_trial": 1}
 
 
 def test_an_address_where_no_cluster_answers_is_refused_within_30_s(

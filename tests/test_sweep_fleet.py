@@ -4,6 +4,7 @@ the machine that measured them."""
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -124,3 +125,39 @@ def test_jobs_not_finished_in_time_are_cancelled_and_named(two_kinds, tmp_path):
         SpecrlError, match=r"not finished after 0.01 s, cancelled: fleet job micro on accel_b"
     ):
         profile_fleet(jobs, tmp_path, timeout_s=0.01)
+
+
+def test_a_sweep_measures_its_fleet_profiles_then_trains_a_table_on_each(two_kinds, tmp_path):
+    from test_sweep import TINY_TRAIN, write_spec
+
+    from specrl.cli import main
+
+    grid = {**TINY, "batch_sizes": [1, 8]}
+    spec = {
+        "fleet": [{"accelerator": kind, "preset": "micro", "grid": grid} for kind in KINDS],
+        "workloads": [["ramp", "steady-2", "steady-8"]],
+        "train": {**TINY_TRAIN, "k_max": 2},
+        "compare": {"workloads": ["ramp"], "episodes": 1},
+        "export": {"search": False},
+        "wandb": "disabled",
+    }
+    path = write_spec(tmp_path / "fleet.yaml", spec)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == []
+    names = [f"profile-micro-{kind}" for kind in KINDS]
+    assert [row["profile"] for row in summary["configurations"]] == names
+    assert sorted(summary["best"]) == [f"{n}-ramp+steady-2+steady-8" for n in names]
+    for kind, name in zip(KINDS, names, strict=True):
+        profile_file = out / "profiles" / f"{name}.json"
+        assert load_profile(profile_file).meta["fleet"]["assigned"][kind] == 1
+        record = json.loads(
+            (out / "trials" / f"{name}-ramp+steady-2+steady-8-s0" / "metrics.json").read_text()
+        )
+        assert record["trial"]["profile"] == str(profile_file)
+        assert record["training"] == "trained"
+    # Resumed, the profiles measured already are kept, not measured again.
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "profiles").iterdir()}
+    assert main(["sweep", str(path), "--out", str(out), "--resume"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (out / "profiles").iterdir()} == stamps

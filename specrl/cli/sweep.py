@@ -33,14 +33,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         type=positive_int,
         default=None,
-        help="trials running at once at most (default: as many as the CPUs allow)",
+        help="trials running at once at most (default: as many as the CPUs allow; a resumed "
+        "sweep keeps what it was started with)",
     )
     parser.add_argument(
         "--cpus-per-trial",
         metavar="C",
         type=THREADS,
-        default=1,
-        help="CPUs reserved per trial, and its torch threads (default 1)",
+        default=None,
+        help="CPUs reserved per trial, and its torch threads (default 1; a resumed sweep "
+        "keeps what it was started with)",
     )
     parser.add_argument(
         "--resume",

@@ -125,8 +125,10 @@ class FleetJob:
     @property
     def label(self) -> str:
         """The job as its messages name it."""
-        pair = self.name or self.preset or f"{self.target} / {self.draft}"
-        return f"fleet job {pair} on {self.accelerator}"
+        pair = self.name or self.preset
+        if not pair and (self.target or self.draft):
+            pair = f"{self.target} / {self.draft}"
+        return f"fleet job {pair + ' ' if pair else ''}on {self.accelerator}"
 
     @property
     def resource(self) -> str:

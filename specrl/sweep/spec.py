@@ -14,9 +14,16 @@
     compare: {workloads: [ramp, day, bursts, mixed], episodes: 2}
     export: {search: true}           # false: the stack files collapse the table (--no-search)
     wandb: offline                   # offline | online | disabled
+    fleet:                           # profiles the sweep measures first, one Ray task each
+      - {accelerator: "accel:H200", preset: small, device: cuda}
+      - {accelerator: A100, by: accelerator_type, target: /models/t, draft: /models/d}
 
 The grid is profiles x workload mixes x train axes x seeds. Every key but ``profiles`` has
-the default shown by :data:`DEFAULTS` (``profiles``: the profile shipped with specrl).
+the default shown by :data:`DEFAULTS` (``profiles``: the profile shipped with specrl, unless
+``fleet`` is given). Each ``fleet`` entry is a :class:`~specrl.sweep.fleet.FleetJob` (its
+fields are the entry's keys): the sweep measures its profile on a node of its accelerator
+before any trial (:func:`specrl.sweep.tune.run_sweep`), writes it to
+``OUT/profiles/profile-<pair>-<accelerator>.json``, and that profile joins ``profiles``.
 :func:`load_spec` refuses a file whole, naming the key and the fix, for an unknown key, a
 field :class:`~specrl.config.TrainConfig` does not have, an empty list (an empty grid), a
 profile that does not load, or a value ``TrainConfig`` refuses in any trial: each trial's
@@ -37,6 +44,7 @@ from specrl.errors import SpecrlError
 from specrl.files import read_json
 from specrl.options import WANDB_MODES
 from specrl.profile import load_profile
+from specrl.sweep.fleet import FleetJob
 from specrl.workload import is_preset
 
 DEFAULTS = {
@@ -48,9 +56,14 @@ DEFAULTS = {
     "compare": {"workloads": ["ramp", "day", "bursts", "mixed"], "episodes": 2},
     "export": {"search": True},
     "wandb": "offline",
+    "fleet": [],
 }
 """The spec's keys and their defaults (``name``: the spec file's stem; ``profiles``: the
-profile shipped with specrl)."""
+profile shipped with specrl, or none when ``fleet`` is given)."""
+FLEET_KEYS = tuple(f.name for f in fields(FleetJob))
+"""The keys of a ``fleet`` entry: :class:`~specrl.sweep.fleet.FleetJob`'s fields."""
+PROFILES_DIR = "profiles"
+"""Where in the sweep's folder the ``fleet`` profiles are written."""
 SET_ELSEWHERE = {
     "out": "each trial trains in OUT/trials/<trial>/run",
     "profile": "list the profiles under the top-level key profiles",
@@ -140,18 +153,30 @@ class SweepSpec:
     compare_episodes: int = DEFAULTS["compare"]["episodes"]
     search: bool = True
     wandb: str = "offline"
+    fleet: tuple[dict, ...] = ()
+    """The profiles to measure first: each a :class:`~specrl.sweep.fleet.FleetJob` as JSON."""
 
-    def trials(self) -> list[Trial]:
-        """The grid, profile by profile, then mix, then axis values, then seed."""
+    def fleet_jobs(self) -> list[FleetJob]:
+        return [FleetJob(**job) for job in self.fleet]
+
+    def fleet_profiles(self, out: str | Path) -> list[str]:
+        """Where the sweep in ``out`` writes the ``fleet`` profiles, one per job."""
+        where = Path(out).resolve() / PROFILES_DIR
+        return [str(where / job.file_name()) for job in self.fleet_jobs()]
+
+    def trials(self, out: str | Path = "OUT") -> list[Trial]:
+        """The grid of the sweep in ``out``, profile by profile (``profiles``, then the
+        ``fleet`` profiles it measures in ``out``), then mix, then axis values, then seed."""
         names = list(self.train)
-        out = []
+        grid = []
+        profiles = [*self.profiles, *(self.fleet_profiles(out) if self.fleet else [])]
         for profile, mix, values in itertools.product(
-            self.profiles, self.workloads, itertools.product(*self.train.values())
+            profiles, self.workloads, itertools.product(*self.train.values())
         ):
             train = dict(zip(names, values))
             settings = {n: train[n] for n in self.axes}
             for seed in self.seeds:
-                out.append(
+                grid.append(
                     Trial(
                         name=_trial_name(profile, mix, settings, seed),
                         profile=profile,
@@ -166,7 +191,7 @@ class SweepSpec:
                         group=self.name,
                     )
                 )
-        return out
+        return grid
 
     def to_json(self) -> dict:
         return json.loads(json.dumps(self.__dict__))
@@ -207,9 +232,11 @@ def spec_from_json(obj, *, source: str, base: str | Path = ".", name: str = "swe
             f"{source}: wandb must be one of {', '.join(WANDB_MODES)}, got {given['wandb']!r}"
         )
     train, axes = _train(given["train"], source)
+    fleet = _fleet(given["fleet"], source)
+    profiles = () if given["profiles"] is None and fleet else given["profiles"]
     spec = SweepSpec(
         name=sweep_name,
-        profiles=_profiles(given["profiles"], source, Path(base)),
+        profiles=_profiles(profiles, source, Path(base)),
         workloads=_mixes(given["workloads"], source),
         seeds=_seeds(given["seeds"], source),
         train=train,
@@ -218,7 +245,9 @@ def spec_from_json(obj, *, source: str, base: str | Path = ".", name: str = "swe
         compare_episodes=_count(compare["episodes"], "compare.episodes", source),
         search=export["search"],
         wandb=given["wandb"],
+        fleet=fleet,
     )
+    _check_names(spec, source)
     _check_trials(spec, source)
     return spec
 
@@ -277,6 +306,8 @@ def _distinct(values: list, key: str, source: str) -> None:
 def _profiles(value, source: str, base: Path) -> tuple[str, ...]:
     if value is None:
         return (str(default_profile_path()),)
+    if value == ():
+        return ()  # the fleet's profiles only
     paths = []
     for i, item in enumerate(_nonempty_list(value, "profiles", source, "profile files")):
         key = f"profiles[{i}]"
@@ -295,13 +326,40 @@ def _profiles(value, source: str, base: Path) -> tuple[str, ...]:
             raise SpecrlError(f"{source}: {key}: {err}") from None
         paths.append(str(found.resolve()))
     _distinct(paths, "profiles", source)
-    stems = [Path(p).stem for p in paths]
-    if len(set(stems)) != len(stems):
-        raise SpecrlError(
-            f"{source}: profiles: two files are named {stems[0]!r} and the trials are named by "
-            "the profile's file name; rename one"
-        )
     return tuple(paths)
+
+
+def _fleet(value, source: str) -> tuple[dict, ...]:
+    """``fleet`` as the jobs' JSON, each checked by :class:`FleetJob` (no Ray needed)."""
+    if not isinstance(value, list):
+        raise SpecrlError(
+            f"{source}: fleet must be a list of profiling jobs (mappings of "
+            f"{', '.join(FLEET_KEYS)}), got {value!r}"
+        )
+    jobs = []
+    for i, entry in enumerate(value):
+        key = f"fleet[{i}]"
+        entry = _mapping(entry, key, source)
+        _no_unknown(entry, FLEET_KEYS, source, f"{key}.")
+        try:
+            job = FleetJob(**entry)
+        except SpecrlError as err:
+            raise SpecrlError(f"{source}: {key}: {err}") from None
+        jobs.append(json.loads(json.dumps(job.__dict__)))
+    files = [FleetJob(**job).file_name() for job in jobs]
+    _distinct(files, "fleet (the profile files its jobs write)", source)
+    return tuple(jobs)
+
+
+def _check_names(spec: SweepSpec, source: str) -> None:
+    """Trials are named by their profile's file name: no two profiles may share one."""
+    stems = [Path(p).stem for p in (*spec.profiles, *spec.fleet_profiles("OUT"))]
+    twice = [s for i, s in enumerate(stems) if s in stems[:i]]
+    if twice:
+        raise SpecrlError(
+            f"{source}: profiles: two files are named {twice[0]!r} (in profiles or written by "
+            "fleet) and the trials are named by the profile's file name; rename one"
+        )
 
 
 def _presets(value, key: str, source: str) -> list[str]:

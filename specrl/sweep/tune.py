@@ -6,14 +6,21 @@ threads); Tune schedules them on this machine (Ray started embedded, dashboard o
 cluster at ``address``. The sweep's folder::
 
     spec.json        the spec as validated: a resume must give the same one
+    options.json     --max-concurrent and --cpus-per-trial: a resume keeps them
+    profiles/        the profiles the spec's ``fleet`` measured (specrl.sweep.fleet)
     ray/sweep/       Tune's experiment (its state, what each trial reported)
     trials/<trial>/  each trial's run, tables, comparisons and metrics (specrl.sweep.trial)
     summary.csv, summary.json, best/   the summary (specrl.sweep.summary)
 
+A spec with ``fleet`` jobs has them measured first, in the same Ray session, each on a node
+of its accelerator (:func:`~specrl.sweep.fleet.profile_fleet`); the trials on those profiles
+start once all are written.
+
 Nothing is lost on a crash: ``resume=True`` restores Tune's experiment (finished trials stay
 finished, the others run again) and a trial started again goes on from its own files: a
 finished trial is not retrained, a run stopped mid-way continues from its last PPO
-checkpoint. Ray's own temporary files stay in the system's temp folder (Ray's default).
+checkpoint; a fleet profile already written is not measured again. Ray's own temporary
+files stay in the system's temp folder (Ray's default).
 
 On a cluster of several machines, ``out`` and the profiles must be on a filesystem every
 node sees (NFS): each trial writes its folder where it runs, and Tune asks the same of its
@@ -28,14 +35,17 @@ from pathlib import Path
 
 from specrl.errors import SpecrlError
 from specrl.files import read_json, write_json
+from specrl.profile import load_profile
 from specrl.sweep.cluster import check_address, import_ray, last_line, start_ray
-from specrl.sweep.spec import SweepSpec, Trial
+from specrl.sweep.fleet import profile_fleet
+from specrl.sweep.spec import PROFILES_DIR, SweepSpec, Trial
 from specrl.sweep.summary import RANKED_BY, Summary, log_summary, summarize, write_summary
 from specrl.sweep.trial import run_trial
 
 RAY_DIR = "ray"
 EXPERIMENT = "sweep"
 SPEC_FILE = "spec.json"
+OPTIONS_FILE = "options.json"
 
 
 @dataclass
@@ -62,7 +72,7 @@ def run_sweep(
     *,
     address: str | None = None,
     max_concurrent: int | None = None,
-    cpus_per_trial: int = 1,
+    cpus_per_trial: int | None = None,
     resume: bool = False,
 ) -> SweepResult:
     """Run every trial of ``spec`` on Ray Tune, then write and print the summary (see the
@@ -71,15 +81,18 @@ def run_sweep(
     :param out: the sweep's folder.
     :param address: a Ray cluster's head (``HOST:PORT``, ``ray://HOST:PORT`` or ``auto``);
         None: Ray on this machine, started here (or the session this process already has).
-    :param max_concurrent: trials running at once at most (None: as many as the CPUs allow).
-    :param cpus_per_trial: CPUs Tune reserves for each trial, and its torch threads.
-    :param resume: finish the sweep already in ``out`` (the same spec).
+    :param max_concurrent: trials running at once at most (None: as many as the CPUs allow;
+        on ``resume``, what the sweep was started with).
+    :param cpus_per_trial: CPUs Tune reserves for each trial, and its torch threads (None: 1;
+        on ``resume``, what the sweep was started with).
+    :param resume: finish the sweep already in ``out`` (the same spec and options).
     """
     start = time.perf_counter()
     _check_counts(max_concurrent, cpus_per_trial)
     out = Path(out).resolve()
-    trials = spec.trials()
+    trials = spec.trials(out)
     _check_out(out, spec, resume)
+    options = _options(out, max_concurrent, cpus_per_trial, resume)
     if address is not None:
         check_address(address)
     clock = time.perf_counter()
@@ -89,7 +102,9 @@ def run_sweep(
     clock = time.perf_counter()
     try:
         write_json(out / SPEC_FILE, spec.to_json())
-        tuner = _tuner(trials, out, max_concurrent, cpus_per_trial, resume)
+        write_json(out / OPTIONS_FILE, options)
+        _measure_fleet(spec, out)
+        tuner = _tuner(trials, out, options["max_concurrent"], options["cpus_per_trial"], resume)
         grid = tuner.fit()
     finally:
         if started:
@@ -135,6 +150,52 @@ def _check_out(out: Path, spec: SweepSpec, resume: bool) -> None:
             f"{out} holds a sweep of another spec (its {SPEC_FILE}); resume with the spec it "
             "was started with, or give another --out"
         )
+
+
+def _options(out: Path, max_concurrent, cpus_per_trial, resume: bool) -> dict:
+    """The sweep's ``max_concurrent`` and ``cpus_per_trial``: as given, else (``resume``) as
+    the sweep in ``out`` was started with. A resume may not change them: Tune restores its
+    own limit on concurrent trials, and a trial's torch threads are part of its run."""
+    given = {"max_concurrent": max_concurrent, "cpus_per_trial": cpus_per_trial}
+    saved_file = out / OPTIONS_FILE
+    if not (resume and saved_file.is_file()):
+        return {**given, "cpus_per_trial": cpus_per_trial or 1}
+    saved = read_json(saved_file, "sweep options", f"delete {out} to start again")
+    for key, value in given.items():
+        if value is not None and value != saved.get(key):
+            flag = "--" + key.replace("_", "-")
+            was = "not given" if saved.get(key) is None else saved[key]
+            raise SpecrlError(
+                f"{flag} {value}: the sweep in {out} was started with {flag} {was}, and a "
+                f"resumed sweep keeps it (Tune restores its trials as they were started); "
+                f"drop {flag}, or start a new sweep in another --out"
+            )
+    return saved
+
+
+def _measure_fleet(spec: SweepSpec, out: Path) -> None:
+    """Measure the spec's ``fleet`` profiles that ``out`` does not hold yet (one written by
+    a sweep stopped earlier is kept), on the Ray session this process has."""
+    missing = []
+    for job, path in zip(spec.fleet_jobs(), spec.fleet_profiles(out), strict=True):
+        if Path(path).is_file():
+            try:
+                load_profile(path)
+                print(f"fleet: {job.label}: measured already, {path}")
+                continue
+            except SpecrlError:
+                pass  # cut short: measure it again
+        missing.append(job)
+    if not missing:
+        return
+    print(f"fleet: measuring {len(missing)} profile(s) before the trials", flush=True)
+    try:
+        for got in profile_fleet(missing, out / PROFILES_DIR):
+            print(f"fleet: {got.pair} on {got.accelerator}: {got.path} (by {got.hostname})")
+    except SpecrlError as err:
+        raise SpecrlError(
+            f"{err}. No trial ran; fix the job and finish with --resume (profiles written are kept)"
+        ) from None
 
 
 def _tuner(trials: list[Trial], out: Path, max_concurrent, cpus_per_trial: int, resume: bool):
