@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.compare import compare_policies, compare_surrogate
-from specrl.config import RESUMABLE_CHANGES, SUMMARY_FILE, load_config
 from specrl.errors import SpecrlError
 from specrl.files import write_json
 from specrl.report import (
@@ -197,8 +196,8 @@ def _acceptance_source(fingerprint: dict):
 
 
 def _train(profile_path: Path, options: DemoOptions, cache: Path):
-    from specrl.train import TrainConfig, train
-    from specrl.train.checkpoint import latest_checkpoint
+    from specrl.train import TrainConfig
+    from specrl.train.reuse import train_or_resume
 
     digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()[:12]
     run_dir = cache / f"ppo-{digest}-{options.timesteps}-b{options.max_batch}"
@@ -212,31 +211,9 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         # Five checkpoints over the budget: a demo stopped in training goes on from the last.
         checkpoint_every=max(1, options.timesteps // 5),
     )
-    resume = False
-    if run_dir.exists():
-        import shutil
-
-        try:
-            changed = [
-                c for c in load_config(run_dir).changes_from(config) if c not in RESUMABLE_CHANGES
-            ]
-            if not changed and (run_dir / SUMMARY_FILE).is_file():
-                _say(f"  reusing {run_dir} (trained to {options.timesteps:,} steps)")
-                return run_dir, "reused"
-            latest_checkpoint(run_dir)
-            resume = not changed
-        except SpecrlError as err:
-            changed = []  # an unusable partial run of the demo's own cache
-            _say(f"  {err}")
-        if not resume:
-            if changed:  # trained by another version's defaults: not this demo's run
-                _say(f"  {run_dir} was trained with other settings ({', '.join(changed)})")
-            _say(f"  starting {run_dir} again")
-            shutil.rmtree(run_dir)
-    if resume:
-        _say(f"  resuming {run_dir} from its last checkpoint")
-    train(config, resume=resume, progress=options.progress)
-    return run_dir, "resumed" if resume else "trained"
+    # The demo owns its cache: a run there from another version's defaults is trained again.
+    how = train_or_resume(config, on_change="restart", say=_say, progress=options.progress)
+    return run_dir, how
 
 
 def run_demo(options: DemoOptions) -> DemoResult:

@@ -174,8 +174,8 @@ def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
 
 def test_a_trial_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     from specrl.profile.synthetic import linear_profile
-    from specrl.sweep.trial import train_or_resume
-    from specrl.train import latest_checkpoint
+    from specrl.train import latest_checkpoint, load_config
+    from specrl.train.reuse import train_or_resume
 
     profile = tmp_path / "linear.json"
     linear_profile().save(profile)
@@ -202,6 +202,15 @@ def test_a_trial_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     assert train_or_resume(config) == "resumed"
     assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
     assert train_or_resume(config) == "reused"
+    # Made with settings a resume cannot change: refused, or (a cache) trained again.
+    other = dataclasses.replace(config, gamma=0.9)
+    with pytest.raises(SpecrlError, match=rf"{run} holds a run with another gamma; give it up"):
+        train_or_resume(other, hint="give it up")
+    said = []
+    assert train_or_resume(other, on_change="restart", say=said.append) == "trained"
+    assert said == [f"  {run} was trained with other settings (gamma)", f"  starting {run} again"]
+    assert load_config(run).gamma == 0.9
+    assert train_or_resume(config, on_change="restart") == "trained"
     # As if stopped before its first checkpoint: only config.json and logs there. Nothing to
     # go on from, so it starts again (`specrl train --resume` would refuse).
     for name in ("summary.json", "model.zip", "best_model.zip", "last_model.zip", "checkpoints"):

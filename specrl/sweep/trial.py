@@ -19,22 +19,12 @@ and a run stopped mid-way goes on from its last checkpoint.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import time
 import traceback
 from pathlib import Path
 
 from specrl.compare import compare_surrogate
-from specrl.config import (
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    MODEL_FILE,
-    RESUMABLE_CHANGES,
-    SUMMARY_FILE,
-    TrainConfig,
-    load_config,
-)
 from specrl.errors import SpecrlError
 from specrl.files import read_json, write_json
 from specrl.policies import default_policies
@@ -42,9 +32,8 @@ from specrl.profile import load_profile
 from specrl.report import log_run
 from specrl.seeds import HELD_OUT_SEED
 from specrl.sweep.spec import Trial
-from specrl.train.checkpoint import latest_checkpoint
 from specrl.train.exports import NATIVE_FILE, write_exports
-from specrl.train.run import train
+from specrl.train.reuse import train_or_resume
 from specrl.train.search import STACK_FORMATS
 from specrl.train.trained import TrainedRun
 
@@ -89,7 +78,11 @@ def run_trial(trial: Trial, out: str | Path, *, threads: int = 1) -> dict:
 def _run(trial: Trial, where: Path, threads: int) -> dict:
     config = trial.config(str(where / "run"), threads=threads)
     stamps = [time.perf_counter()]
-    training = train_or_resume(config)
+    training = train_or_resume(
+        config,
+        hint="the spec or --cpus-per-trial changed since it started; resume with the ones it "
+        "was started with, or give the sweep another --out",
+    )
     stamps.append(time.perf_counter())
     exports, specs = export_all(config.out, where, search=trial.search)
     stamps.append(time.perf_counter())
@@ -132,40 +125,6 @@ def _run(trial: Trial, where: Path, threads: int) -> dict:
         record["wandb_run"] = str(wandb_run)
     write_json(where / METRICS_FILE, record)  # last: the trial has finished
     return record
-
-
-def train_or_resume(config: TrainConfig) -> str:
-    """Train the run ``config`` describes in ``config.out``: ``"trained"`` afresh,
-    ``"resumed"`` from the last checkpoint of a run stopped there (started again where it
-    stopped before its first one), or ``"reused"`` where that run finished. A run there made
-    with other settings is refused."""
-    run_dir = Path(config.out)
-    if not (run_dir / CONFIG_FILE).is_file():
-        if run_dir.exists():  # stopped before it wrote its config: nothing to keep
-            shutil.rmtree(run_dir)
-        train(config, progress=False)
-        return "trained"
-    changed = [n for n in config.changes_from(load_config(run_dir)) if n not in RESUMABLE_CHANGES]
-    if changed:
-        raise SpecrlError(
-            f"{run_dir} holds a run with another {', '.join(changed)}: the spec or "
-            "--cpus-per-trial changed since it started; resume with the ones it was started "
-            "with, or give the sweep another --out"
-        )
-    if (run_dir / SUMMARY_FILE).is_file() and (run_dir / MODEL_FILE).is_file():
-        return "reused"
-    if any((run_dir / CHECKPOINT_DIR).glob("step-*")):
-        final = latest_checkpoint(run_dir)
-        if final.num_timesteps >= config.total_timesteps:
-            # Stopped after its final checkpoint, before its summary: train refuses to go on
-            # from a checkpoint at the total, so go on from the one before.
-            shutil.rmtree(final.path)
-    if not any((run_dir / CHECKPOINT_DIR).glob("step-*")):
-        shutil.rmtree(run_dir)  # stopped before its first checkpoint: start it again
-        train(config, progress=False)
-        return "trained"
-    train(config, resume=True, progress=False)
-    return "resumed"
 
 
 def export_all(run_dir: str | Path, where: Path, *, search: bool) -> tuple[dict, list[str]]:
