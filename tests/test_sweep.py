@@ -17,6 +17,7 @@ import yaml
 from wandb_reader import read_run
 
 from specrl.cli import main
+from specrl.errors import SpecrlError
 from specrl.profile.synthetic import linear_profile
 from specrl.sweep import tune
 from specrl.sweep.spec import load_spec, spec_from_json
@@ -375,3 +376,23 @@ def test_the_experiment_script_shares_the_sweep(tmp_path, profile_path, no_ray):
         sys.path.remove(str(REPO / "experiments"))
     spec = write_spec(tmp_path / "s.yaml", {**tiny_spec(profile_path), "seeds": []})
     assert script.main(["--spec", str(spec), "--out", str(tmp_path / "out")]) == 2
+
+
+def test_a_live_trial_on_a_profile_of_another_machine_is_refused_and_marked_failed(
+    tmp_path, profile_path, micro_pair_paths, monkeypatch
+):
+    from specrl.sweep.summary import summarize
+
+    monkeypatch.setenv("SPECRL_HOME", str(Path(micro_pair_paths.target_path).parents[2]))
+    live = {**TINY_TRAIN, "env": "live", "preset": "micro", "n_envs": 1, "n_steps": 64}
+    spec = spec_from_json(tiny_spec(profile_path, seeds=[0], train=live), source="s")
+    (trial,) = spec.trials(tmp_path)
+    with pytest.raises(SpecrlError, match="profile was measured on other hardware or another"):
+        run_trial(trial, tmp_path)
+    assert not trial_dir(tmp_path, trial).joinpath("run", "model.zip").exists()
+    summary = summarize([trial], tmp_path)
+    assert list(summary.failed) == [trial.name]
+    assert summary.failed[trial.name].startswith(
+        "SpecrlError: profile was measured on other hardware or another model pair (device: "
+        "'synthetic' vs here 'cpu: "
+    )
