@@ -269,7 +269,10 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
     keys = [cell.key for cell in built]
     assert keys[0] == (2, 8)
     assert sorted(keys[1:]) == sorted([(1, 8), (1, 40)] * timing.REPLICAS + [(2, 8), (2, 40)])
-    assert all(len(cell.samples) == 1 + 2 * 6 for cell in built[1:])  # catch-up + 2 rounds
+    # Catch-up + 2 rounds; above REPLICA_BATCH at the shortest context each K>0 twice a round.
+    for cell in built[1:]:
+        per_round = len(timing._round(2, 2 if cell.key == (2, 8) else 1))
+        assert len(cell.samples) == 1 + 2 * per_round
     prof.save(tmp_path / "p.json")
     loaded = load_profile(tmp_path / "p.json")
     assert loaded.batch_sizes == [1, 2] and loaded.k_max == 2
@@ -597,6 +600,16 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
     assert len(both[2, 8]) == 1 + timing.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
     other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8}).cells
     assert trajectory(other[2, 8]) != trajectory(alone[2, 8])
+    # Above REPLICA_BATCH (one engine), at the shortest context only, each K>0 is stepped
+    # LARGE_BATCH_REPEATS times a round; each step clean (nothing caught up).
+    large = time_cells(micro_pair, streams, [(9, 8), (9, 24)], **kw).cells
+    repeats = timing.LARGE_BATCH_REPEATS
+    for context, per_round in ((8, repeats), (24, 1)):
+        decode = large[9, context][1:]
+        assert [s["k"] for s in decode] == [2, *timing._round(2, per_round) * 2]
+        for k in (1, 2):
+            assert len(timing.clean_steps(decode, k)) == 2 * per_round
+    assert timing._round(2, 2) == [0, 0, 0, 2, 1, 2, 1, 2]
     # After each round: single admissions, then a group of each size, each a prefill then a
     # catch-up, charged by padded tokens (rows x the widest prompt).
     sizes = [1] * timing.SMALL_ADMISSIONS + list(timing.GROUP_ADMISSIONS)
@@ -631,15 +644,40 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
     asked = []
 
     def replay(pair, streams, keys, **kw):
-        asked.append((list(keys), kw["reps"], kw["seed"], kw["warm_up"]))
+        asked.append((list(keys), kw["reps"], kw["seed"], kw["warm_up"], kw["large_batch_repeats"]))
         return timing.TimedCells({key: timed[0].cells[key] for key in keys}, [])
 
     monkeypatch.setattr(freshness, "time_cells", replay)
     report = check_freshness(profile, micro_pair)
     # The profile's own cells at its shortest prompt, its rounds, seed and warm-up.
-    assert asked == [([(1, 8), (8, 8)], 2, 0, (8, 8))]
+    assert asked == [([(1, 8), (8, 8)], 2, 0, (8, 8), timing.LARGE_BATCH_REPEATS)]
+    assert profile.meta["large_batch_repeats"] == timing.LARGE_BATCH_REPEATS
     assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8) for k in range(3)]
     assert all(c.ratio == 1.0 for c in report.cells) and report.fresh
+    assert report.first_pass is None  # fresh at once: timed once
+
+    # A pass that reads stale is timed again, and the second pass decides.
+    def slowed(key, factor):
+        return [{**s, "total": s["total"] * factor} for s in timed[0].cells[key]]
+
+    passes = []
+
+    def replay_passes(pair, streams, keys, **kw):
+        factor = passes.pop(0)
+        return timing.TimedCells({key: slowed(key, factor) for key in keys}, [])
+
+    monkeypatch.setattr(freshness, "time_cells", replay_passes)
+    passes[:] = [1.5, 1.0]
+    report = check_freshness(profile, micro_pair)
+    assert report.fresh and all(c.ratio == pytest.approx(1.0) for c in report.cells)
+    assert report.first_pass is not None and not report.first_pass.fresh
+    assert "; timed twice: the first pass read batch " in report.summary()
+    passes[:] = [1.5, 1.5]
+    report = check_freshness(profile, micro_pair)
+    assert not report.fresh and report.worst.ratio > 1.4 and report.first_pass is not None
+    passes[:] = [1.5]
+    assert not check_freshness(profile, micro_pair, confirm=False).fresh
+    assert passes == []
 
 
 @pytest.mark.slow

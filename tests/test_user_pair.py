@@ -388,9 +388,11 @@ def test_profile_refuses_contexts_beyond_the_targets_positions(
     assert "needs 513 positions (prompt + output) but the target has 512" in err
     assert "(max_position_embeddings): use shorter --contexts (at most 496 at --k-max 2" in err
     assert timed == [] and not out.exists()
-    # The default grid: 117 tokens at K=4, five rounds.
+    # The default grid, one context: its cells above batch 8 step each K>0 twice a round, so
+    # 2 + 5 + 5 * (1 + 1 + 1 + 5 + 2 * (2 + 3 + 4 + 5)) = 187 tokens at K=4, five rounds.
     assert main([*argv, "--contexts", "396", "--out", str(out)]) == 2
-    assert "needs 513 positions" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "needs 583 positions" in err and "(at most 325 at --k-max 4 --reps 5)" in err
     assert timed == [] and not out.exists()
 
 

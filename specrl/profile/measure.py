@@ -48,7 +48,14 @@ from specrl.profile.fingerprint import pair_fingerprint
 from specrl.profile.level_fit import fit_level_drift, level_quantiles, request_offsets
 from specrl.profile.schema import Profile
 from specrl.profile.tables import tabulate
-from specrl.profile.timing import TimedCells, cell_new_tokens, replicas, time_cells
+from specrl.profile.timing import (
+    LARGE_BATCH_REPEATS,
+    TimedCells,
+    cell_new_tokens,
+    replicas,
+    round_repeats,
+    time_cells,
+)
 from specrl.workload.prompts import token_streams
 from specrl.workload.trace import (
     DEFAULT_OUTPUT_LENGTHS,
@@ -121,6 +128,7 @@ def measure_profile(
     tokens = None if prompts is None else tokenize_prompts(prompts, pair.tokenizer)
     _check_positions(  # before the timing, not after it
         pair,
+        batch_sizes=batch_sizes,
         contexts=contexts,
         k_max=k_max,
         reps=reps,
@@ -157,6 +165,7 @@ def measure_profile(
         "duration_s": round(time.perf_counter() - started, 1),
         "preset": preset,
         "reps": reps,
+        "large_batch_repeats": LARGE_BATCH_REPEATS,
         "prompt_lengths": list(contexts),
         "acceptance_rows": acceptance_rows,
         "acceptance_tokens": acceptance_tokens,
@@ -261,6 +270,7 @@ def _prompts_meta(prompts: PromptFile, tokens) -> dict:
 def _check_positions(
     pair,
     *,
+    batch_sizes: Sequence[int],
     contexts: Sequence[int],
     k_max: int,
     reps: int,
@@ -276,10 +286,18 @@ def _check_positions(
     if limit is None:
         return
     positions, has = limit.positions, limit.has
-    cell_extra = cell_new_tokens(k_max, reps)
-    if max(contexts) + cell_extra > positions:
+    # The shortest context's large cells step each K>0 more often a round (round_repeats).
+    shortest, longest, batch = min(contexts), max(contexts), max(batch_sizes)
+    cell_extra = cell_new_tokens(
+        k_max, reps, round_repeats(batch, longest, shortest, LARGE_BATCH_REPEATS)
+    )
+    short_extra = cell_new_tokens(
+        k_max, reps, round_repeats(batch, shortest, shortest, LARGE_BATCH_REPEATS)
+    )
+    needed = max(longest + cell_extra, shortest + short_extra)
+    if needed > positions:
         raise SpecrlError(
-            f"a profile run needs {max(contexts) + cell_extra} positions (prompt + output) "
+            f"a profile run needs {needed} positions (prompt + output) "
             f"but {has}: use shorter --contexts (at most {positions - cell_extra} "
             f"at --k-max {k_max} --reps {reps}), or a lower --k-max or --reps"
         )

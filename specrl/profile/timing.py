@@ -1,17 +1,18 @@
 """The timing procedure of ``specrl profile`` and of its freshness check: what a step costs.
 
 Timing cells: for each context level and batch size an engine is filled with B prompts (the
-longest of the context level's length, the others between half of it and it, since served
-rows are ragged; rows rotate through the domains); its first step is the admission (prefill),
-its second a K=k_max step in which the draft catches up on the prompts. Then ``reps`` rounds
-visit every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three
-plain steps, a catch-up step after them, one clean step per K. Each round also admits a few
-single requests of workload-like prompt lengths on their own, as served traffic admits them:
-the prefill and catch-up costs at the small sizes live traffic has. Interleaving the cells means a
-moment when the machine is busy spoils one sample of many cells, not all samples of one, and
-the medians absorb it. Cells up to batch :data:`REPLICA_BATCH` are built :data:`REPLICAS`
-times over and their samples pooled: there a step is cheap and the K decision is made. A
-warm-up cell runs first and is discarded. The freshness check
+longest of the context level's length, the others between half of it and it, since served rows
+are ragged; rows rotate through the domains); its first step is the admission (prefill), its
+second a K=k_max step in which the draft catches up on the prompts. Then ``reps`` rounds visit
+every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three plain
+steps, a catch-up step after them, one clean step per K (per K twice, for the cells above
+:data:`REPLICA_BATCH` at the shortest context: :data:`LARGE_BATCH_REPEATS`). Each round also
+admits a few single requests of workload-like prompt lengths on their own, as served traffic
+admits them: the prefill and catch-up costs at the small sizes live traffic has. Interleaving
+the cells means a moment when the machine is busy spoils one sample of many cells, not all
+samples of one, and the medians absorb it. Cells up to batch :data:`REPLICA_BATCH` are built
+:data:`REPLICAS` times over and their samples pooled: there a step is cheap and the K decision
+is made. A warm-up cell runs first and is discarded. The freshness check
 (:func:`specrl.profile.freshness.check_freshness`) times a profile's cells at the shortest
 context by the same procedure (:func:`time_cells`), row for row.
 
@@ -50,18 +51,32 @@ the small batch sizes, where a step is short and the controller's decision is ma
 samples of one engine can move a whole row of the table (docs/profile.md: two profiles of one
 machine that disagreed). Small cells are cheap: replicas of every cell up to
 :data:`REPLICA_BATCH` add a few seconds a round."""
+LARGE_BATCH_REPEATS = 2
+"""Clean steps per K>0 a round, in the cells above :data:`REPLICA_BATCH` (one engine each) at
+the grid's shortest context, the cells a profile records (``cell_s``) and its check compares.
+Why: one step per K a round leaves their K>0 medians on ``reps`` steps, and a few slow ones
+among five set a cell off by more than the check's tolerance for as long as the profile is
+used (docs/profile.md). A profile records the count it used (``meta.large_batch_repeats``)
+and its check repeats it."""
 SPREAD_STEPS = 10
 """Fewest steps a K's own spread is read from; below, the spread of every K of the cell."""
 
 
-def _round(k_max: int) -> list[int]:
-    return [0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1))
+def _round(k_max: int, repeats: int = 1) -> list[int]:
+    return [0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1)) * repeats
 
 
-def cell_new_tokens(k_max: int, reps: int) -> int:
+def cell_new_tokens(k_max: int, reps: int, repeats: int = LARGE_BATCH_REPEATS) -> int:
     """Tokens a timing cell's rows may generate: the admission step commits 2 (prefill +
-    decode), the catch-up step at most K + 1, every round's steps at most K + 1 each."""
-    return 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max))
+    decode), the catch-up step at most K + 1, every round's steps at most K + 1 each (with
+    ``repeats`` steps per K>0 a round)."""
+    return 2 + (k_max + 1) + reps * sum(k + 1 for k in _round(k_max, repeats))
+
+
+def round_repeats(batch: int, context: int, shortest: int, large_batch_repeats: int) -> int:
+    """Clean steps per K>0 a round of the cell ``(batch, context)`` when ``shortest`` is the
+    shortest context timed (see :data:`LARGE_BATCH_REPEATS`)."""
+    return large_batch_repeats if batch > REPLICA_BATCH and context == shortest else 1
 
 
 def _sample(s) -> dict:
@@ -85,9 +100,11 @@ class TimingCell:
     rotate through the domains of ``streams`` and through ``settings``, ``(temperature,
     top_p)`` pairs (default: :data:`SAMPLING_CONFIGS`)."""
 
-    def __init__(self, pair, streams, *, batch, context, k_max, reps, device, rng, settings=None):
-        self.new_tokens = cell_new_tokens(k_max, reps)
-        self.k_max = k_max
+    def __init__(
+        self, pair, streams, *, batch, context, k_max, reps, device, rng, settings=None, repeats=1
+    ):
+        self.new_tokens = cell_new_tokens(k_max, reps, repeats)
+        self.k_max, self.repeats = k_max, repeats
         self.engine = build_engine(
             pair,
             max_batch=batch,
@@ -113,7 +130,7 @@ class TimingCell:
         self.samples = [_sample(self.engine.step(k_max))]
 
     def run_round(self) -> None:
-        self.samples += [_sample(self.engine.step(k)) for k in _round(self.k_max)]
+        self.samples += [_sample(self.engine.step(k)) for k in _round(self.k_max, self.repeats)]
 
 
 def replicas(batch: int) -> int:
@@ -150,6 +167,7 @@ def time_cells(
     seed: int,
     settings=None,
     warm_up: tuple[int, int] | None = None,
+    large_batch_repeats: int = LARGE_BATCH_REPEATS,
     on_built=None,
     on_round=None,
 ) -> TimedCells:
@@ -159,22 +177,28 @@ def time_cells(
     context; a check passes its profile's), runs one round and is discarded: the largest
     steps leave the allocator and caches as the timed cells then find them. Then every
     ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
-    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn, with
+    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn (each K>0
+    :func:`round_repeats` times: ``large_batch_repeats`` in the cells above
+    :data:`REPLICA_BATCH` at the shortest context of ``keys``, else once), with
     :data:`SMALL_ADMISSIONS` single requests, then a group of each size of
     :data:`GROUP_ADMISSIONS`, admitted to one warm engine after each round
     (:func:`_small_admission`). ``on_built()`` is called after each cell is built,
     ``on_round(r)`` after each round."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
-    warm = warm_up or (max(b for b, _ in keys), min(c for _, c in keys))
+    shortest = min(c for _, c in keys)
+    warm = warm_up or (max(b for b, _ in keys), shortest)
     TimingCell(
         pair, streams, batch=warm[0], context=warm[1], rng=cell_rng(seed, 0, 0, 0), **kw
     ).run_round()
     cells: dict[tuple[int, int], list[TimingCell]] = {}
     for b, c in keys:
         cells[b, c] = []
+        repeats = round_repeats(b, c, shortest, large_batch_repeats)
         for r in range(replicas(b)):
             rng = cell_rng(seed, b, c, r)
-            cells[b, c].append(TimingCell(pair, streams, batch=b, context=c, rng=rng, **kw))
+            cells[b, c].append(
+                TimingCell(pair, streams, batch=b, context=c, rng=rng, repeats=repeats, **kw)
+            )
             if on_built is not None:
                 on_built()
     engine = _admission_engine(pair, k_max=k_max, device=device)
@@ -214,7 +238,8 @@ def cell_statistics(decode: Sequence[dict], k_max: int) -> tuple[list[float], li
     """Per K = 0..k_max: the median of :func:`clean_step_seconds` and its spread, the robust
     standard deviation of ``log(seconds / median)`` over the steps at that K, or over every K
     of the cell (each around its own median) where a K has fewer than :data:`SPREAD_STEPS`
-    steps: a large batch's K>0 has one step a round, too few to read a spread from."""
+    steps: a K>0 step a round (two in a large cell at the shortest context) is too few to read
+    a spread from at a few rounds."""
     medians, logs = [], []
     for k in range(k_max + 1):
         seconds = clean_step_seconds(decode, k)
