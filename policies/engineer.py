@@ -18,7 +18,10 @@ cost.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,9 +115,50 @@ def workload_name(env) -> str:
     return str(getattr(workload, "name", workload))
 
 
+_shared: dict | None = None
+"""The episodes every :class:`Scorer` shares inside :func:`shared_episodes`, else None."""
+
+
+@contextmanager
+def shared_episodes():
+    """Inside this block every :class:`Scorer` shares the episodes it plays: a schedule played
+    on a seed of an env alike in profile (by content), workload preset, sizes and workload
+    settings is played once. ``specrl demo`` tunes the engineer on the training mix for the
+    export and again per workload for the comparison, on the same tuning seeds; this makes
+    the second tuning a lookup. Each Scorer still counts the episodes and surrogate seconds
+    its tuning needs, so reported tuning costs do not change. Nested blocks share the outer
+    one's episodes; they are dropped when the outermost block ends."""
+    global _shared
+    outer = _shared
+    if outer is None:
+        _shared = {"episodes": {}, "profiles": {}}
+    try:
+        yield
+    finally:
+        _shared = outer
+
+
+def _env_key(env) -> tuple | None:
+    """What an episode of a fixed seed and schedule depends on in ``env``: its profile's
+    content, workload preset, workload settings and sizes; None (not shared) for anything but
+    a surrogate env serving a preset."""
+    base = getattr(env, "unwrapped", env)
+    # A preset is held as its name (drawn afresh per seed); a fixed trace as a Trace.
+    if not isinstance(base, SurrogateSpecEnv) or not isinstance(base.workload, str):
+        return None
+    name = base.workload
+    profiles = _shared["profiles"]
+    if id(base.profile) not in profiles:  # the profile is kept, so its id is not reused
+        text = json.dumps(base.profile.to_json(), sort_keys=True, default=str)
+        profiles[id(base.profile)] = (base.profile, hashlib.sha256(text.encode()).hexdigest())
+    settings = json.dumps(base._workload_kwargs, sort_keys=True, default=str)
+    return profiles[id(base.profile)][1], name, settings, base.k_max, base.max_batch, base.max_len
+
+
 class Scorer:
     """Plays schedules on fixed seeds of one or more surrogate envs and keeps the count of
-    what that cost; each dense schedule is played once (results are cached)."""
+    what that cost; each dense schedule is played once (results are cached, and shared
+    between scorers inside :func:`shared_episodes`)."""
 
     def __init__(self, envs: list, seeds: list[int]):
         if not envs or not seeds:
@@ -129,10 +173,27 @@ class Scorer:
         dense = np.asarray(dense, dtype=np.int64)
         key = dense.tobytes()
         if key not in self._cache:
-            self._cache[key] = self.play_policy(
-                lambda env: BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
-            )
+            self._cache[key] = [
+                [self._episode(env, dense, s) for s in self.seeds] for env in self.envs
+            ]
+            runs = [r for per_env in self._cache[key] for r in per_env]
+            self.episodes += len(runs)
+            self.surrogate_s += sum(r.seconds for r in runs)
         return self._cache[key]
+
+    @staticmethod
+    def _episode(env, dense: np.ndarray, seed: int):
+        from specrl.envs.rollout import run_episode
+
+        env_key = None if _shared is None else _env_key(env)
+        shared = None if env_key is None else (env_key, seed, dense.tobytes())
+        if shared is not None and shared in _shared["episodes"]:
+            return _shared["episodes"][shared]
+        schedule = BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
+        result = run_episode(env, schedule, seed=seed)
+        if shared is not None:
+            _shared["episodes"][shared] = result
+        return result
 
     def play_policy(self, policy_for) -> list:
         """Per env, the episode of each seed under ``policy_for(env)`` (not cached)."""

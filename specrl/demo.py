@@ -220,6 +220,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     """The pipeline of the module docstring; returns where everything went."""
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
+    from specrl.policies.engineer import shared_episodes
     from specrl.profile import use_profile_threads
 
     run_dir = _new_run_dir(Path(options.out))
@@ -246,13 +247,15 @@ def run_demo(options: DemoOptions) -> DemoResult:
     artifacts["training run"] = str(train_dir)
     laps.lap("train")
 
-    _step(4, "export the K table, and each serving stack's best schedule")
-    exported = _export(train_dir, run_dir, options, artifacts)
-    laps.lap("export")
+    # The export's search and the comparison both tune the engineer on the same seeds.
+    with shared_episodes():
+        _step(4, "export the K table, and each serving stack's best schedule")
+        exported = _export(train_dir, run_dir, options, artifacts)
+        laps.lap("export")
 
-    _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
-    reports = _compare(pair, profile, exported, options)
-    laps.lap("compare")
+        _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
+        reports = _compare(pair, profile, exported, options)
+        laps.lap("compare")
 
     _step(6, "report")
     groups = _report(reports, exported, run_dir, train_dir, profile_path, options, artifacts)

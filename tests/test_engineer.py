@@ -144,3 +144,44 @@ def test_tuning_needs_a_profile_off_the_surrogate():
     env = tuning_env(Live(), linear_profile())
     assert isinstance(env, SurrogateSpecEnv) and env.max_batch == 8
     assert np.isclose(env.profile.k_max, linear_profile().k_max)
+
+
+def test_scorers_share_their_episodes_inside_shared_episodes(monkeypatch, tmp_path):
+    import specrl.envs.rollout as rollout
+    from specrl.policies.engineer import Scorer, shared_episodes, threshold_dense
+    from specrl.workload import preset_trace
+
+    played = []
+    real = rollout.run_episode
+    monkeypatch.setattr(
+        rollout,
+        "run_episode",
+        lambda env, policy, seed: played.append(seed) or real(env, policy, seed=seed),
+    )
+    dense = threshold_dense(2, 4, 8)
+
+    def score(env, seeds=(0, 1)):
+        scorer = Scorer([env], list(seeds))
+        return scorer, scorer.score(dense)
+
+    alone, rate = score(_env())
+    assert score(_env())[1] == rate and len(played) == 4  # outside: each plays its own
+    played.clear()
+    with shared_episodes():
+        first, shared_rate = score(_env())
+        # Another env alike (its profile another object of the same content): not played,
+        # and the same count of episodes and surrogate seconds as playing them.
+        second, again = score(_env())
+        assert (shared_rate, again, len(played)) == (rate, rate, 2)
+        assert (second.episodes, second.surrogate_s) == (alone.episodes, alone.surrogate_s)
+        score(_env(), seeds=(0, 2))  # seed 0 shared, seed 2 new
+        score(_env(workload_kwargs={"n_requests": 21, "peak": 8}))  # other settings: played
+        assert played == [0, 1, 2, 0, 1]
+        # A fixed trace is never shared: its name could be a preset's.
+        trace = preset_trace("ramp", seed=0, peak=8, n_requests=20)
+        score(_env(workload=trace))
+        score(_env(workload=trace))
+        assert played[5:] == [0, 1, 0, 1]
+    played.clear()
+    score(_env())  # the block's episodes are gone with it
+    assert played == [0, 1]

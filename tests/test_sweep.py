@@ -283,8 +283,12 @@ def test_a_trial_that_raises_is_failed_in_the_summary_and_the_others_finish(
     assert (other / METRICS_FILE).is_file()
 
 
-def test_a_sweep_killed_with_sigkill_resumes_without_retraining_finished_trials(finished, tmp_path):
-    spec, uninterrupted, _ = finished
+def test_a_sweep_killed_with_sigkill_resumes_without_retraining_finished_trials(
+    finished, profile_path, tmp_path
+):
+    _, uninterrupted, _ = finished
+    # The same trials as the uninterrupted sweep's, without wandb (seconds per run).
+    spec = write_spec(tmp_path / "tiny.yaml", tiny_spec(profile_path))
     out = tmp_path / "out"
     command = [sys.executable, "-m", "specrl.cli", "sweep", str(spec), "--out", str(out)]
     sweep = subprocess.Popen(

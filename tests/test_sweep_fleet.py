@@ -61,30 +61,6 @@ def two_kinds(micro_pair_paths):
     ray.shutdown()
 
 
-def test_each_accelerator_kind_profiles_itself(two_kinds, tmp_path):
-    jobs = [FleetJob(kind, preset="micro", grid=TINY) for kind in KINDS]
-    measured = profile_fleet(jobs, tmp_path)
-    node_id = ray.get_runtime_context().get_node_id()
-    for kind, got in zip(KINDS, measured, strict=True):
-        assert got.path == tmp_path / f"profile-micro-{kind}.json"
-        assert (got.accelerator, got.pair) == (kind, "micro")
-        assert (got.hostname, got.node_id) == (socket.gethostname(), node_id)
-        profile = load_profile(got.path)
-        assert profile.batch_sizes == [1] and profile.k_max == 2
-        assert profile.fingerprint["device"].startswith("cpu")
-        assert profile.meta["preset"] == "micro"
-        fleet = profile.meta["fleet"]
-        assert (fleet["accelerator"], fleet["scheduled_by"], fleet["resource"]) == (
-            kind,
-            "resource",
-            kind,
-        )
-        assert (fleet["hostname"], fleet["node_id"]) == (got.hostname, got.node_id)
-        # Placed by its own kind's resource, and by no other kind's.
-        assert fleet["assigned"][kind] == 1
-        assert not set(fleet["assigned"]) & (set(KINDS) - {kind})
-
-
 def test_a_kind_no_node_has_is_refused_before_anything_runs(two_kinds, tmp_path):
     jobs = [
         FleetJob("accel_a", preset="micro", grid=TINY),
@@ -128,6 +104,8 @@ def test_jobs_not_finished_in_time_are_cancelled_and_named(two_kinds, tmp_path):
 
 
 def test_a_sweep_measures_its_fleet_profiles_then_trains_a_table_on_each(two_kinds, tmp_path):
+    """Each accelerator kind profiles itself, the profile comes back to the driver naming the
+    machine that measured it, and a table is trained on each."""
     from test_sweep import TINY_TRAIN, write_spec
 
     from specrl.cli import main
@@ -149,9 +127,24 @@ def test_a_sweep_measures_its_fleet_profiles_then_trains_a_table_on_each(two_kin
     names = [f"profile-micro-{kind}" for kind in KINDS]
     assert [row["profile"] for row in summary["configurations"]] == names
     assert sorted(summary["best"]) == [f"{n}-ramp+steady-2+steady-8" for n in names]
+    node_id = ray.get_runtime_context().get_node_id()
     for kind, name in zip(KINDS, names, strict=True):
         profile_file = out / "profiles" / f"{name}.json"
-        assert load_profile(profile_file).meta["fleet"]["assigned"][kind] == 1
+        profile = load_profile(profile_file)
+        assert profile.batch_sizes == [1, 8] and profile.k_max == 2
+        assert profile.fingerprint["device"].startswith("cpu")
+        assert profile.meta["preset"] == "micro"
+        # Each kind profiled itself: placed by its own kind's resource and no other's, on
+        # the node the profile names.
+        fleet = profile.meta["fleet"]
+        assert (fleet["accelerator"], fleet["scheduled_by"], fleet["resource"]) == (
+            kind,
+            "resource",
+            kind,
+        )
+        assert fleet["assigned"][kind] == 1
+        assert not set(fleet["assigned"]) & (set(KINDS) - {kind})
+        assert (fleet["hostname"], fleet["node_id"]) == (socket.gethostname(), node_id)
         record = json.loads(
             (out / "trials" / f"{name}-ramp+steady-2+steady-8-s0" / "metrics.json").read_text()
         )
