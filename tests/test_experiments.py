@@ -219,7 +219,10 @@ def test_a_trial_continues_a_stopped_run_from_its_checkpoint(tmp_path):
     assert json.loads((run / "summary.json").read_text())["num_timesteps"] == 256
 
 
+@pytest.mark.slow
 def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
+    """Slow (40-60 s on 2 cores: a second draft built and two profiles measured); the sweep
+    it runs on is tested in the default suite (tests/test_sweep.py)."""
     draft_size = load("draft_size")
     out = tmp_path / "drafts"
     args = [
