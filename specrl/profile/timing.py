@@ -66,7 +66,7 @@ def _round(k_max: int, repeats: int = 1) -> list[int]:
     return [0] * PLAIN_STEPS + [k_max] + list(range(1, k_max + 1)) * repeats
 
 
-def cell_new_tokens(k_max: int, reps: int, repeats: int = LARGE_BATCH_REPEATS) -> int:
+def cell_new_tokens(k_max: int, reps: int, repeats: int) -> int:
     """Tokens a timing cell's rows may generate: the admission step commits 2 (prefill +
     decode), the catch-up step at most K + 1, every round's steps at most K + 1 each (with
     ``repeats`` steps per K>0 a round)."""

@@ -233,10 +233,10 @@ def spec_from_json(obj, *, source: str, base: str | Path = ".", name: str = "swe
         )
     train, axes = _train(given["train"], source)
     fleet = _fleet(given["fleet"], source)
-    profiles = () if given["profiles"] is None and fleet else given["profiles"]
+    fleet_only = given["profiles"] is None and bool(fleet)
     spec = SweepSpec(
         name=sweep_name,
-        profiles=_profiles(profiles, source, Path(base)),
+        profiles=() if fleet_only else _profiles(given["profiles"], source, Path(base)),
         workloads=_mixes(given["workloads"], source),
         seeds=_seeds(given["seeds"], source),
         train=train,
@@ -306,8 +306,6 @@ def _distinct(values: list, key: str, source: str) -> None:
 def _profiles(value, source: str, base: Path) -> tuple[str, ...]:
     if value is None:
         return (str(default_profile_path()),)
-    if value == ():
-        return ()  # the fleet's profiles only
     paths = []
     for i, item in enumerate(_nonempty_list(value, "profiles", source, "profile files")):
         key = f"profiles[{i}]"
@@ -342,13 +340,12 @@ def _fleet(value, source: str) -> tuple[dict, ...]:
         entry = _mapping(entry, key, source)
         _no_unknown(entry, FLEET_KEYS, source, f"{key}.")
         try:
-            job = FleetJob(**entry)
+            jobs.append(FleetJob(**entry))
         except SpecrlError as err:
             raise SpecrlError(f"{source}: {key}: {err}") from None
-        jobs.append(json.loads(json.dumps(job.__dict__)))
-    files = [FleetJob(**job).file_name() for job in jobs]
+    files = [job.file_name() for job in jobs]
     _distinct(files, "fleet (the profile files its jobs write)", source)
-    return tuple(jobs)
+    return tuple(json.loads(json.dumps(job.__dict__)) for job in jobs)
 
 
 def _check_names(spec: SweepSpec, source: str) -> None:
