@@ -56,7 +56,14 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return script_main(Args, run, argv, __doc__, "engineer")
+    return script_main(Args, _on_every_core, argv, __doc__, "engineer")
+
+
+def _on_every_core(args: Args) -> Path:
+    from specrl.policies.episode_pool import parallel_episodes
+
+    with parallel_episodes():
+        return run(args)
 
 
 def _ratio(report, policy: str, reference: str) -> dict:

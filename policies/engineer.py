@@ -29,6 +29,7 @@ import numpy as np
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.features import batch_bucket, bucket_bounds
+from specrl.policies.episode_pool import play_schedules
 from specrl.policies.fixed import BatchThreshold
 from specrl.policies.schedule import BatchSchedule
 from specrl.results import summarize
@@ -138,6 +139,21 @@ def shared_episodes():
         _shared = outer
 
 
+def _served(dense) -> np.ndarray:
+    """``dense`` as an episode serves it: its entry for 0 rows (no step) set to 0, so that K
+    at every batch size and the threshold "K up to ``max_batch``" are one schedule."""
+    dense = np.array(dense, dtype=np.int64)
+    dense[0] = 0
+    return dense
+
+
+def _shared_key(env, dense: np.ndarray, seed: int) -> tuple | None:
+    """The key of one episode among the shared ones; None outside :func:`shared_episodes` or
+    for an env whose episodes are not shared (:func:`_env_key`)."""
+    env_key = None if _shared is None else _env_key(env)
+    return None if env_key is None else (env_key, seed, dense.tobytes())
+
+
 def _env_key(env) -> tuple | None:
     """What an episode of a fixed seed and schedule depends on in ``env``: its profile's
     content, workload preset, workload settings and sizes; None (not shared) for anything but
@@ -170,30 +186,50 @@ class Scorer:
     def play(self, dense: np.ndarray) -> list:
         """Per env, the :class:`~specrl.envs.EpisodeResult` of each seed under the schedule
         ``dense`` (K per batch size ``0..max_batch``)."""
-        dense = np.asarray(dense, dtype=np.int64)
-        key = dense.tobytes()
-        if key not in self._cache:
-            self._cache[key] = [
-                [self._episode(env, dense, s) for s in self.seeds] for env in self.envs
-            ]
+        dense = _served(dense)
+        self.prefetch([dense])
+        return self._cache[dense.tobytes()]
+
+    def prefetch(self, denses) -> None:
+        """Play each schedule of ``denses`` not played yet, all in one go: on every core
+        inside :func:`~specrl.policies.episode_pool.parallel_episodes`. Callers that will
+        score several candidates pass them here first."""
+        todo: dict[bytes, np.ndarray] = {}
+        for dense in denses:
+            dense = _served(dense)
+            key = dense.tobytes()
+            if key not in self._cache:
+                todo.setdefault(key, dense)
+        if not todo:
+            return
+        slots = [
+            (key, i, j, _shared_key(env, dense, seed))
+            for key, dense in todo.items()
+            for i, env in enumerate(self.envs)
+            for j, seed in enumerate(self.seeds)
+        ]
+        known = _shared["episodes"] if _shared is not None else {}
+        tasks = {}
+        for key, i, j, shared in slots:
+            if shared is None or (shared not in known and shared not in tasks):
+                tasks[shared if shared is not None else (key, i, j)] = (
+                    self.envs[i],
+                    todo[key],
+                    self.seeds[j],
+                )
+        played = dict(zip(tasks, play_schedules(list(tasks.values())), strict=True))
+        for key, i, j, shared in slots:
+            if shared is None:
+                result = played[key, i, j]
+            else:
+                result = played[shared] if shared in played else known[shared]
+                known[shared] = result
+            per_env = self._cache.setdefault(key, [[None] * len(self.seeds) for _ in self.envs])
+            per_env[i][j] = result
+        for key in todo:
             runs = [r for per_env in self._cache[key] for r in per_env]
             self.episodes += len(runs)
             self.surrogate_s += sum(r.seconds for r in runs)
-        return self._cache[key]
-
-    @staticmethod
-    def _episode(env, dense: np.ndarray, seed: int):
-        from specrl.envs.rollout import run_episode
-
-        env_key = None if _shared is None else _env_key(env)
-        shared = None if env_key is None else (env_key, seed, dense.tobytes())
-        if shared is not None and shared in _shared["episodes"]:
-            return _shared["episodes"][shared]
-        schedule = BatchSchedule(dense, max_batch=env.max_batch, k_max=env.k_max)
-        result = run_episode(env, schedule, seed=seed)
-        if shared is not None:
-            _shared["episodes"][shared] = result
-        return result
 
     def play_policy(self, policy_for) -> list:
         """Per env, the episode of each seed under ``policy_for(env)`` (not cached)."""
@@ -237,10 +273,9 @@ def threshold_candidates(k_max: int, max_batch: int) -> list[tuple[int, int]]:
 def best_threshold(scorer: Scorer, k_max: int, max_batch: int) -> tuple[int, int, dict]:
     """The ``(K, B)`` of :func:`threshold_candidates` with the best ``scorer`` score (ties:
     the smaller K, then B), and every candidate's score."""
-    scores = {
-        (k, b): scorer.score(threshold_dense(k, b, max_batch))
-        for k, b in threshold_candidates(k_max, max_batch)
-    }
+    candidates = threshold_candidates(k_max, max_batch)
+    scorer.prefetch([threshold_dense(k, b, max_batch) for k, b in candidates])
+    scores = {(k, b): scorer.score(threshold_dense(k, b, max_batch)) for k, b in candidates}
     k, b = max(scores, key=lambda kb: (scores[kb], -kb[0], -kb[1]))
     return k, b, scores
 
@@ -309,6 +344,7 @@ def best_sweep(scorer: Scorer, k_max: int, max_batch: int):
 
     buckets = sweep_buckets(max_batch)
     rates: dict[tuple[int, int], dict[int, float]] = {b: {} for b in buckets}
+    scorer.prefetch([np.full(max_batch + 1, k) for k in range(k_max + 1)])
     for k in range(k_max + 1):
         pooled = [run for runs in scorer.play(np.full(max_batch + 1, k)) for run in runs]
         by_label = summarize(f"K={k}", pooled, k_max).bucket_tokens_per_s
@@ -378,6 +414,7 @@ def tune_sweep_trtllm(env, *, profile=None, seeds: list[int] | None = None) -> B
     k_max, max_batch = surrogate.k_max, surrogate.max_batch
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
     nudges = trtllm_nudges(sweep_dense(bucket_k, max_batch))
+    scorer.prefetch(nudges.values())
     scores = {name: scorer.score(d) for name, d in nudges.items()}
     best = max(scores, key=lambda n: scores[n])
     dense = nudges[best]

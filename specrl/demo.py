@@ -221,6 +221,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
     from specrl.models import load_default_pair
     from specrl.models.build import build_pair
     from specrl.policies.engineer import shared_episodes
+    from specrl.policies.episode_pool import parallel_episodes
     from specrl.profile import use_profile_threads
 
     run_dir = _new_run_dir(Path(options.out))
@@ -247,8 +248,9 @@ def run_demo(options: DemoOptions) -> DemoResult:
     artifacts["training run"] = str(train_dir)
     laps.lap("train")
 
-    # The export's search and the comparison both tune the engineer on the same seeds.
-    with shared_episodes():
+    # The export's search and the comparison both tune the engineer on the same seeds, and
+    # play their surrogate episodes on every core.
+    with shared_episodes(), parallel_episodes():
         _step(4, "export the K table, and each serving stack's best schedule")
         exported = _export(train_dir, run_dir, options, artifacts)
         laps.lap("export")

@@ -116,6 +116,9 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed():
     class Fake:
         envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
 
+        def prefetch(self, denses):
+            pass
+
         def score(self, dense):
             return 100.0 + 0.1 * (dense[5] == 2) - 0.5 * (dense[1] != 1)
 
@@ -138,6 +141,9 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed():
 def test_trtllm_warns_when_off_beats_every_schedule_it_can_express():
     class OffIsBest:  # every K costs: off scores highest, and TensorRT-LLM cannot say off
         envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
+
+        def prefetch(self, denses):
+            pass
 
         def score(self, dense):
             return 100.0 - float(np.sum(dense))

@@ -113,6 +113,13 @@ def _known_workload(name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrl.policies.episode_pool import parallel_episodes
+
+    with parallel_episodes():  # the engineer's tuning and the schedule search on every core
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     _known_workload(str(args.workload))
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies

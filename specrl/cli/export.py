@@ -140,6 +140,13 @@ STACK_ONLY = {"workload": "--workload", "no_search": "--no-search"}
 
 
 def run(args: argparse.Namespace) -> int:
+    from specrl.policies.episode_pool import parallel_episodes
+
+    with parallel_episodes():  # the engineer's tuning and the schedule search on every core
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     acceptance = args.acceptance
     check_output(args.out, "--out")  # before the fidelity check, not after it
     if args.format == "native":

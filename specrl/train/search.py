@@ -314,6 +314,7 @@ def _smoothed_starts(fmt: StackFormat, scorer: Scorer, starts: dict) -> dict:
                 else "every start failed"
             )
         )
+    scorer.prefetch(expressed.values())
     out = {}
     for name, d in expressed.items():
         d, s, _, _ = _smooth(fmt, scorer, d, scorer.score(d))
@@ -332,11 +333,14 @@ def _local_search(fmt: StackFormat, scorer: Scorer, dense, score: float, progres
         for i, (lo, hi) in enumerate(buckets):
             bar.update()
             best_move = None
+            trials = []
             for k in _neighbour_ks(dense, buckets, i, fmt.k_max):
                 trial = dense.copy()
                 trial[lo : hi + 1] = k
-                if np.array_equal(trial, dense) or not fmt.feasible(trial):
-                    continue
+                if not np.array_equal(trial, dense) and fmt.feasible(trial):
+                    trials.append(trial)
+            scorer.prefetch(trials)
+            for trial in trials:
                 s = scorer.score(trial)
                 if s > score * (1 + MIN_MOVE_GAIN) and (best_move is None or s > best_move[0]):
                     best_move = (s, trial)
@@ -383,19 +387,22 @@ def _smooth(fmt: StackFormat, scorer: Scorer, dense, score: float):
     smoothed = 0
     while True:
         runs = vllm_entries(dense)
-        rises = []
+        trials = {}
         for j in range(1, len(runs)):
             if runs[j][2] <= runs[j - 1][2]:
                 continue
-            options = []
+            trials[j] = []
             for source, target in ((j, j - 1), (j - 1, j)):  # lower the higher, raise the lower
                 trial = dense.copy()
                 trial[runs[source][0] : runs[source][1] + 1] = runs[target][2]
                 if fmt.feasible(trial):
-                    options.append((scorer.score(trial), trial))
+                    trials[j].append(trial)
+        scorer.prefetch([t for options in trials.values() for t in options])
+        rises = []
+        for j, options in trials.items():
             if not options:
                 continue
-            best = max(options, key=lambda o: o[0])
+            best = max(((scorer.score(t), t) for t in options), key=lambda o: o[0])
             rises.append((1 - best[0] / score, j, best))
         weak = [r for r in rises if r[0] < MIN_RISE_WORTH]
         if not weak:
