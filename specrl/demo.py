@@ -40,6 +40,10 @@ from specrl.seeds import HELD_OUT_SEED
 from specrl.train.trained import TrainedRun
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
+DEMO_CONTEXTS = (16, 256)
+"""The prompt lengths a demo's own profile times: the shortest and longest of ``specrl
+profile``'s three. A step's cost is close to linear in context and the surrogate interpolates
+between the lengths it has; docs/profile.md says what leaving out the middle one changes."""
 
 
 @dataclass
@@ -126,15 +130,16 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     torch.set_num_threads(options.threads or 1)
     source = _acceptance_source(fp)
     _say(
-        "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
-        "one torch thread; `specrl profile --out P.json` takes 5)"
+        "  measuring a profile of this machine (every batch size, prompts of "
+        f"{' and '.join(map(str, DEMO_CONTEXTS))} tokens, 3 repetitions per cell, one torch "
+        "thread; `specrl profile --out P.json` adds a middle length and takes 5)"
         + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
     profile = measure_profile(
         pair,
         k_max=4,
         batch_sizes=[b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= options.max_batch],
-        contexts=[16, 128, 256],
+        contexts=list(DEMO_CONTEXTS),
         reps=3,
         device=options.device,
         preset=options.preset,
