@@ -40,10 +40,11 @@ from specrl.seeds import HELD_OUT_SEED
 from specrl.train.trained import TrainedRun
 
 SURROGATE_WORKLOADS = ("ramp", "day", "bursts", "mixed")
-DEMO_CONTEXTS = (16, 256)
-"""The prompt lengths a demo's own profile times: the shortest and longest of ``specrl
-profile``'s three. A step's cost is close to linear in context and the surrogate interpolates
-between the lengths it has; docs/profile.md says what leaving out the middle one changes."""
+DEMO_CONTEXTS = (16, 128, 256)
+"""The prompt lengths a demo's own profile times: ``specrl profile``'s. The prefill costs are
+read by padded tokens from the cells' admissions, and without the middle length the
+mid-sized admissions of a steady batch of 64 are charged at the longest rows' cost
+(docs/profile.md)."""
 
 
 @dataclass
@@ -130,9 +131,8 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     torch.set_num_threads(options.threads or 1)
     source = _acceptance_source(fp)
     _say(
-        "  measuring a profile of this machine (every batch size, prompts of "
-        f"{' and '.join(map(str, DEMO_CONTEXTS))} tokens, 3 repetitions per cell, one torch "
-        "thread; `specrl profile --out P.json` adds a middle length and takes 5)"
+        "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
+        "one torch thread; `specrl profile --out P.json` takes 5)"
         + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
     profile = measure_profile(
@@ -145,6 +145,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
         preset=options.preset,
         acceptance_from=source,
         acceptance_source=str(default_profile_path()),
+        progress=options.progress,
     )
     cache.mkdir(parents=True, exist_ok=True)
     profile.save(cached)

@@ -44,7 +44,7 @@ def test_the_demo_matches_a_profile_at_the_thread_count_it_will_run_at(
 
 
 def test_a_demo_on_a_new_machine_measures_the_demo_grid(micro_pair, tmp_path, monkeypatch):
-    """No profile matches: the demo measures every batch size up to its largest at the two
+    """No profile matches: the demo measures every batch size up to its largest at the
     prompt lengths of DEMO_CONTEXTS, 3 repetitions, k_max 4, and caches the profile."""
     import torch
 
@@ -64,16 +64,17 @@ def test_a_demo_on_a_new_machine_measures_the_demo_grid(micro_pair, tmp_path, mo
     monkeypatch.setattr(specrl.profile.measure, "measure_profile", measure)
     before = torch.get_num_threads()
     try:  # the demo measures at one thread
-        options = DemoOptions(max_batch=64, measure=True)
+        options = DemoOptions(max_batch=64, measure=True, progress=False)
         _, where, how = _choose_profile(micro_pair, options, tmp_path)
     finally:
         torch.set_num_threads(before)
-    assert how == "measured" and DEMO_CONTEXTS == (16, 256)
+    assert how == "measured" and DEMO_CONTEXTS == (16, 128, 256)
     assert where == cached_profile_path(pair_fingerprint(micro_pair, k_max=4), tmp_path)
     assert where.is_file()
     assert (asked["batch_sizes"], asked["contexts"], asked["reps"], asked["k_max"]) == (
         [1, 2, 4, 8, 16, 32, 64],
-        [16, 256],
+        [16, 128, 256],
         3,
         4,
     )
+    assert asked["progress"] is False  # `specrl demo --no-progress` hides its bar too
