@@ -102,3 +102,29 @@ def test_a_worker_that_dies_is_an_error_that_names_the_way_out():
     with parallel_episodes(workers=2):
         with pytest.raises(SpecrlError, match="SPECRL_WORKERS=1"):
             play_schedules([(_Dies(), np.full(9, 1), 0), (_Dies(), np.full(9, 1), 1)])
+
+
+def test_a_surrogate_comparison_on_the_pool_reads_as_in_one_process(monkeypatch):
+    """Every default policy (the oracle holds its env; hf and ema keep state within an
+    episode; the engineer's are tuned), and one that pickle refuses, which plays here."""
+    from specrl.compare import compare_policies
+    from specrl.policies import default_policies, make_policies
+    from specrl.policies.fixed import FixedK
+
+    class Unpicklable(FixedK):
+        def __init__(self):
+            super().__init__(2)
+            self.name = "unpicklable"
+            self.hook = lambda: None  # pickle refuses a lambda
+
+    def compare():
+        env = _envs()[1]
+        policies = [*make_policies(default_policies(3), env=env), Unpicklable()]
+        report = compare_policies(env, policies, seed=7, episodes=2, progress=False)
+        return [dataclasses.asdict(r) for r in report.results]
+
+    monkeypatch.delenv(episode_pool.WORKERS_ENV, raising=False)
+    alone = compare()
+    with parallel_episodes(workers=2):
+        assert compare() == alone
+    assert [r["policy"] for r in alone][-2:] == ["oracle", "unpicklable"]
