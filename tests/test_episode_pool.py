@@ -128,3 +128,23 @@ def test_a_surrogate_comparison_on_the_pool_reads_as_in_one_process(monkeypatch)
     with parallel_episodes(workers=2):
         assert compare() == alone
     assert [r["policy"] for r in alone][-2:] == ["oracle", "unpicklable"]
+
+
+def test_bench_episodes_prints_both_ratios_and_that_the_results_agree(tmp_path, capsys):
+    import re
+
+    from specrl.cli import main
+
+    linear_profile().save(tmp_path / "p.json")
+    args = ["bench", "episodes", "--profile", str(tmp_path / "p.json"), "--max-batch", "8"]
+    assert main([*args, "--n-requests", "12", "--episodes", "1", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "one process against 2 workers (the pool's start included):"
+    lines = re.findall(
+        r"^  (.+): (\d+) episodes, [\d.]+ s against [\d.]+ s, ratio [\d.]+; (.+)$", out, flags=re.M
+    )
+    # 4 workloads x 2 tuning seeds x (12 thresholds + off); 12 default policies x 4 x 1
+    assert lines == [
+        ("the engineer's tuning on 4 workloads", "104", "same results"),
+        ("every default policy on 4 workloads, 1 held-out episode", "48", "same results"),
+    ]

@@ -75,6 +75,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     surrogate.set_defaults(func=_surrogate)
 
+    episodes = bench.add_parser(
+        "episodes",
+        help="surrogate episodes on every core against one process (wall-time ratio)",
+        description="The engineer's tuning on ramp, day, bursts and mixed, then every default "
+        "policy compared on them, each in one process and then on the pool of worker "
+        "processes (SPECRL_WORKERS, default one per core): the wall times, their ratio, and "
+        "whether every result is the same (exit 1 if not).",
+    )
+    episodes.add_argument("--profile", metavar="PROFILE.json", help="default: the shipped one")
+    episodes.add_argument(
+        "--workers", type=options.positive_int, default=None, help="default: one per core"
+    )
+    episodes.add_argument(
+        "--episodes", type=options.positive_int, default=2, help="held-out episodes, default 2"
+    )
+    episodes.add_argument("--max-batch", type=options.BATCH, default=128, help="default 128")
+    episodes.add_argument(
+        "--n-requests",
+        type=options.positive_int,
+        default=None,
+        help="requests per trace (default: each workload's own)",
+    )
+    episodes.set_defaults(func=_episodes)
+
     controller = bench.add_parser(
         "controller",
         help="LookupController.choose_k nanoseconds per call",
@@ -111,6 +135,18 @@ def _sweep(args: argparse.Namespace) -> int:
 
     run(trials=args.trials, concurrent=args.concurrent, timesteps=args.timesteps, out=args.out)
     return 0
+
+
+def _episodes(args: argparse.Namespace) -> int:
+    from specrl.bench.episodes import run
+
+    return run(
+        profile=args.profile,
+        workers=args.workers,
+        episodes=args.episodes,
+        max_batch=args.max_batch,
+        n_requests=args.n_requests,
+    )
 
 
 def _controller(args: argparse.Namespace) -> int:
