@@ -147,13 +147,6 @@ def _served(dense) -> np.ndarray:
     return dense
 
 
-def _shared_key(env, dense: np.ndarray, seed: int) -> tuple | None:
-    """The key of one episode among the shared ones; None outside :func:`shared_episodes` or
-    for an env whose episodes are not shared (:func:`_env_key`)."""
-    env_key = None if _shared is None else _env_key(env)
-    return None if env_key is None else (env_key, seed, dense.tobytes())
-
-
 def _env_key(env) -> tuple | None:
     """What an episode of a fixed seed and schedule depends on in ``env``: its profile's
     content, workload preset, workload settings and sizes; None (not shared) for anything but
@@ -202,28 +195,26 @@ class Scorer:
                 todo.setdefault(key, dense)
         if not todo:
             return
+        # Each episode's identity: among the shared ones where its env's are shared
+        # (_env_key), else its place in this scorer.
+        env_keys = [None if _shared is None else _env_key(env) for env in self.envs]
         slots = [
-            (key, i, j, _shared_key(env, dense, seed))
-            for key, dense in todo.items()
-            for i, env in enumerate(self.envs)
+            (key, i, j, (key, i, j) if env_key is None else (env_key, seed, key))
+            for key in todo
+            for i, env_key in enumerate(env_keys)
             for j, seed in enumerate(self.seeds)
         ]
         known = _shared["episodes"] if _shared is not None else {}
-        tasks = {}
-        for key, i, j, shared in slots:
-            if shared is None or (shared not in known and shared not in tasks):
-                tasks[shared if shared is not None else (key, i, j)] = (
-                    self.envs[i],
-                    todo[key],
-                    self.seeds[j],
-                )
+        tasks = {
+            episode: (self.envs[i], todo[key], self.seeds[j])
+            for key, i, j, episode in slots
+            if episode not in known
+        }
         played = dict(zip(tasks, play_schedules(list(tasks.values())), strict=True))
-        for key, i, j, shared in slots:
-            if shared is None:
-                result = played[key, i, j]
-            else:
-                result = played[shared] if shared in played else known[shared]
-                known[shared] = result
+        for key, i, j, episode in slots:
+            result = played[episode] if episode in played else known[episode]
+            if env_keys[i] is not None:
+                known[episode] = result
             per_env = self._cache.setdefault(key, [[None] * len(self.seeds) for _ in self.envs])
             per_env[i][j] = result
         for key in todo:

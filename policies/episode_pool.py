@@ -68,9 +68,10 @@ def default_workers() -> int:
 
 @contextmanager
 def parallel_episodes(workers: int | None = None):
-    """Inside this block, :func:`play_schedules` plays on ``workers`` processes (None:
-    :func:`default_workers`); with one worker it plays in this process. Blocks nest: an inner
-    block uses the outer one's pool. The workers start at the first episodes played."""
+    """Inside this block, :func:`play_schedules` and :func:`play_policies` play on
+    ``workers`` processes (None: :func:`default_workers`); with one worker they play in this
+    process. Blocks nest: an inner block uses the outer one's pool. The workers start at the
+    first episodes played."""
     global _pool
     workers = default_workers() if workers is None else workers
     if workers < 1:
