@@ -53,6 +53,9 @@ class Args:
     """Search each export on the judged workload's tuning seeds, not the training mix."""
     native_only: bool = False
     """Judge the native table alone (no stack exports searched): a quicker look at a run."""
+    headroom: bool = False
+    """Also search a native table on each judged workload's own tuning seeds, and judge it
+    beside the oracle: how much a batch x acceptance table tuned for that traffic gains."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +96,7 @@ def run(args: Args) -> Path:
     from specrl.config import load_config
     from specrl.errors import SpecrlError
     from specrl.train.envs import load_run_profile as _load_run_profile
+    from specrl.train.table_search import native_file, search_native
     from specrl.train.to_table import checked_table
 
     if not args.run:
@@ -105,9 +109,12 @@ def run(args: Args) -> Path:
     profile, profile_path = _load_run_profile(config)
     table, fidelity = checked_table(run_dir)
     print(fidelity.format())
-    table.save(out / "table.json")
+    table.save(out / "learned.json")
     acceptance = table.provenance["operating_acceptance"]
-    searches = {}
+    native = search_native(run_dir, table)
+    print(native.describe())
+    native_file(table, native).save(out / "table.json")
+    searches = {"native": native.to_json()}
     formats = () if args.native_only else FORMATS
     if formats and not args.per_workload:
         searches["mix"] = export_all(run_dir, out, table, acceptance)
@@ -118,6 +125,11 @@ def run(args: Args) -> Path:
             where = out / workload
             where.mkdir(exist_ok=True)
             searches[workload] = export_all(run_dir, where, table, acceptance, [workload])
+        if args.headroom:
+            own = search_native(run_dir, table, workloads=[workload])
+            print(own.describe())
+            native_file(table, own).save(out / f"table-{workload}.json")
+            searches[f"native {workload}"] = own.to_json()
         report = _judge(args, config, profile, workload, out, where, formats)
         reports[workload] = report
         rows.append(_row(report, workload, formats))
@@ -136,7 +148,10 @@ def run(args: Args) -> Path:
             "per_workload": args.per_workload,
             "rows": rows,
             "searches": {
-                k: {fmt: r.to_json() for fmt, r in v.items()} for k, v in searches.items()
+                k: v
+                if isinstance(v, dict) and "method" in v
+                else {f: r.to_json() for f, r in v.items()}
+                for k, v in searches.items()
             },
             "reports": {w: r.to_json() for w, r in reports.items()},
             "wall_s": time.perf_counter() - start,
@@ -160,7 +175,9 @@ def _judge(args: Args, config, profile, workload: str, out: Path, where: Path, f
         "off",
         "threshold:tuned",
         "sweep",
+        f"lookup:{out / 'learned.json'}",
         f"lookup:{out / 'table.json'}",
+        *([f"lookup:{out / f'table-{workload}.json'}"] if args.headroom else []),
         *(f"schedule:{where / f'{fmt}.json'}" for fmt in formats),
         "oracle",
     ]
@@ -180,10 +197,16 @@ def _row(report, workload: str, formats) -> dict:
         "workload": workload,
         "engineer": eng,
         "engineer_vs_off": _ratio(report, eng, "off"),
+        "learned": _ratio(report, "lookup:learned.json", eng),
         "native": _ratio(report, "lookup:table.json", eng),
         "oracle": _ratio(report, "oracle", eng),
+        "learned_vs_oracle": _ratio(report, "lookup:learned.json", "oracle"),
         "native_vs_oracle": _ratio(report, "lookup:table.json", "oracle"),
     }
+    own = f"lookup:table-{workload}.json"
+    if any(r.policy == own for r in report.results):
+        row["own"] = _ratio(report, own, eng)
+        row["own_vs_oracle"] = _ratio(report, own, "oracle")
     for fmt in formats:
         row[fmt] = _ratio(report, f"schedule:{fmt}", trt_eng if fmt == "trtllm" else eng)
     return row
@@ -191,10 +214,14 @@ def _row(report, workload: str, formats) -> dict:
 
 def _markdown(args: Args, rows: list[dict], formats, profile_path, run_dir: Path) -> str:
     """The summary table of ``rows``, under a line saying what was judged."""
-    keys = ["native", *formats, "oracle", "native_vs_oracle"]
-    names = {"native": "native table", "vllm": "vLLM export", "trtllm": "TRT-LLM export"}
+    keys = ["learned", "native", *formats, "oracle", "learned_vs_oracle", "native_vs_oracle"]
+    if "own" in rows[0]:
+        keys += ["own", "own_vs_oracle"]
+    names = {"native": "native table (searched)", "vllm": "vLLM export"}
+    names |= {"trtllm": "TRT-LLM export", "learned": "learned table (PPO)"}
     names |= {"sglang": "SGLang export", "oracle": "myopic oracle"}
-    names["native_vs_oracle"] = "native vs oracle"
+    names |= {"native_vs_oracle": "native vs oracle", "learned_vs_oracle": "learned vs oracle"}
+    names |= {"own": "table searched per workload", "own_vs_oracle": "per-workload vs oracle"}
     searched = "each workload's tuning seeds" if args.per_workload else "the training mix"
     lines = [
         f"profile {profile_path}, run {run_dir}, {args.episodes} held-out episodes per workload "

@@ -29,7 +29,7 @@ import numpy as np
 from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.features import batch_bucket, bucket_bounds
-from specrl.policies.episode_pool import play_schedules
+from specrl.policies.episode_pool import play_policies, play_schedules
 from specrl.policies.fixed import BatchThreshold
 from specrl.policies.schedule import BatchSchedule
 from specrl.results import summarize
@@ -190,9 +190,35 @@ class Scorer:
         todo: dict[bytes, np.ndarray] = {}
         for dense in denses:
             dense = _served(dense)
-            key = dense.tobytes()
-            if key not in self._cache:
-                todo.setdefault(key, dense)
+            todo.setdefault(dense.tobytes(), dense)
+        self._play(todo, play_schedules)
+
+    def play_table(self, table) -> list:
+        """Per env, the episode of each seed under the native ``table``
+        (:class:`~specrl.table.KTable`), served by its controller; cached by the table's
+        content, like a schedule."""
+        self.prefetch_tables([table])
+        return self._cache[table_key(table)]
+
+    def prefetch_tables(self, tables) -> None:
+        """:meth:`prefetch` for native tables."""
+        from specrl.policies.lookup import LookupPolicy
+
+        todo: dict[bytes, LookupPolicy] = {}
+        for table in tables:
+            key = table_key(table)
+            if key not in todo and key not in self._cache:
+                todo[key] = LookupPolicy(table, max_batch=table.max_batch, k_max=table.k_max)
+        self._play(todo, play_policies)
+
+    def score_table(self, table) -> float:
+        """:meth:`score` for a native table."""
+        return geometric_rate(self.play_table(table))
+
+    def _play(self, todo: dict, play) -> None:
+        """Play ``todo`` (``{key: what play() serves}``) on every env and seed, except what is
+        cached here or shared, and count what it cost."""
+        todo = {key: item for key, item in todo.items() if key not in self._cache}
         if not todo:
             return
         # Each episode's identity: among the shared ones where its env's are shared
@@ -210,7 +236,7 @@ class Scorer:
             for key, i, j, episode in slots
             if episode not in known
         }
-        played = dict(zip(tasks, play_schedules(list(tasks.values())), strict=True))
+        played = dict(zip(tasks, play(list(tasks.values())), strict=True))
         for key, i, j, episode in slots:
             result = played[episode] if episode in played else known[episode]
             if env_keys[i] is not None:
@@ -238,6 +264,15 @@ class Scorer:
     def score(self, dense: np.ndarray) -> float:
         """The geometric mean over envs of aggregate tokens/s: every workload counts alike."""
         return geometric_rate(self.play(dense))
+
+
+def table_key(table) -> bytes:
+    """A native table's identity in a :class:`Scorer`'s cache: the digest of its K cells,
+    buckets, bins and probe rule (not its provenance, which no episode reads)."""
+    obj = table.to_json()
+    obj.pop("provenance", None)
+    text = json.dumps(obj, sort_keys=True)
+    return b"table:" + hashlib.sha256(text.encode()).digest()
 
 
 def geometric_rate(played: list) -> float:

@@ -336,6 +336,8 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
     if not written.fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")
     _say(_indent(written.fidelity.format()))
+    if written.native_search is not None:
+        _say(_indent(written.native_search.describe()))
     artifacts["K table (native)"] = str(written.native)
     schedules = []
     for stack in written.stacks:

@@ -15,3 +15,6 @@ VISIT_SEED = 40_000
 """The export's count of the cells a policy visits (apart from the fidelity check's)."""
 TUNE_SEED = 50_000
 """Tuning the engineer's baselines (``threshold:tuned``, ``sweep``) and the schedule search."""
+CONFIRM_SEED = 55_000
+"""Confirming the native table search's moves on episodes apart from the tuning seeds that
+chose them (:mod:`specrl.train.table_search`)."""

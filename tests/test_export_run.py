@@ -184,8 +184,10 @@ def test_lookup_policy_acts_as_the_controller_driven_by_hand(run_dir, tmp_path):
 def test_compare_runs_lookup_and_ppo_by_name(run_dir, tmp_path):
     out = tmp_path / "table.json"
     # --force: on 8-request episodes one differing step reshuffles every later draw, so the
-    # tokens/s ratio of the check is noise here (match is what this test needs).
+    # tokens/s ratio of the check is noise here (match is what this test needs). --no-search:
+    # the learned table itself, which the policy is compared with.
     args = ["export", "--run", str(run_dir), "--out", str(out), "--no-progress", "--force"]
+    args.append("--no-search")
     assert main(args) == 0
     env = surrogate(run_dir)
     lookup = make_policy(f"lookup:{out}", env=env)
@@ -347,13 +349,31 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
     assert "chosen_by" not in json.loads(plain.read_text())["specrl"]
 
 
+def test_export_cli_searches_the_native_table_from_the_learned_one(run_dir, tmp_path, capsys):
+    base = ["export", "--run", str(run_dir), "--no-progress", "--force"]
+    searched, learned = tmp_path / "searched.json", tmp_path / "learned.json"
+    assert main([*base, "--out", str(searched), "--workload", "ramp,steady-8"]) == 0
+    printed = capsys.readouterr().out
+    assert "native: searched from the " in printed
+    assert "judged on seeds 50000-50001, confirmed on 55000-55001, of ramp, steady-8" in printed
+    table = load_table(searched)
+    chosen = table.provenance["chosen_by"]
+    assert set(chosen["starts"]) == {"learned table", "engineer's sweep", "engineer's threshold"}
+    assert chosen["score"] >= chosen["starts"]["engineer's sweep"]
+    assert chosen["confirm_seeds"] == [55_000, 55_001]
+    assert table.provenance["fidelity"]["match"] >= 0.99  # the learned table's check
+    # The check against the engineer is on the training mix, whatever --workload searched.
+    assert table.provenance["against_engineer"]["workloads"] == ["ramp", "steady-2", "steady-8"]
+    assert main([*base, "--out", str(learned), "--no-search"]) == 0
+    assert "native: searched" not in capsys.readouterr().out
+    plain = load_table(learned)
+    assert "chosen_by" not in plain.provenance
+    assert plain.to_json()["k"] == table_from_run(run_dir).to_json()["k"]
+
+
 def test_export_refuses_stack_options_for_other_formats(run_dir, tmp_path, capsys):
     out = tmp_path / "t.json"
     base = ["export", "--run", str(run_dir), "--out", str(out)]
-    assert main([*base, "--workload", "ramp"]) == 2
-    assert "--workload: for a serving stack's schedule" in capsys.readouterr().err
-    assert main([*base, "--no-search"]) == 2
-    assert "--no-search: for a serving stack's schedule" in capsys.readouterr().err
     assert main([*base, "--format", "vllm", "--cuda-graph-bs", "1,2,4"]) == 2
     assert "--cuda-graph-bs: SGLang's CUDA-graph sizes" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse's own refusal, exit 2
@@ -373,7 +393,10 @@ def test_export_warns_when_the_table_is_below_the_engineer(run_dir, tmp_path, mo
     }
     monkeypatch.setattr("specrl.train.search.against_engineer", lambda run, table: versus)
     out = tmp_path / "t.json"
-    argv = ["export", "--run", str(run_dir), "--out", str(out), "--no-progress", "--force"]
+    argv = [
+        *("export", "--run", str(run_dir), "--out", str(out), "--no-progress", "--force"),
+        "--no-search",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "against the engineer: the table 90.0 tokens/s" in captured.out

@@ -86,14 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--workload",
         default=None,
         metavar="W[,W...]",
-        help="vllm/trtllm/sglang: the traffic the schedule is searched for, presets or trace "
-        "files, comma-separated (default: the run's training mix)",
+        help="the traffic the table or schedule is searched for, presets or trace files, "
+        "comma-separated (default: the run's training mix)",
     )
     parser.add_argument(
         "--no-search",
         action="store_true",
-        help="vllm/trtllm/sglang: write the table collapsed at the operating acceptance, "
-        "without searching the format's best schedule",
+        help="write the learned table as it is (native), or collapsed at the operating "
+        "acceptance (vllm/trtllm/sglang), without searching the format's best",
     )
     parser.add_argument(
         "--cuda-graph-bs",
@@ -135,27 +135,19 @@ RUN_ONLY = {
 """Options that act on tabulating a run (``--run``); a ``--table`` is only converted."""
 
 
-STACK_ONLY = {"workload": "--workload", "no_search": "--no-search"}
-"""Options that act on a serving stack's schedule (``--format vllm|trtllm|sglang``)."""
-
-
 def run(args: argparse.Namespace) -> int:
+    from specrl.policies.engineer import shared_episodes
     from specrl.policies.episode_pool import parallel_episodes
 
-    with parallel_episodes():  # the engineer's tuning and the schedule search on every core
+    # The engineer's tuning and the search on every core; the search's episodes are shared
+    # with the check against the engineer that follows it.
+    with parallel_episodes(), shared_episodes():
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     acceptance = args.acceptance
     check_output(args.out, "--out")  # before the fidelity check, not after it
-    if args.format == "native":
-        given = [flag for dest, flag in STACK_ONLY.items() if getattr(args, dest)]
-        if given:
-            raise SpecrlError(
-                f"{', '.join(given)}: for a serving stack's schedule; the native table holds "
-                "the policy itself: pass --format vllm, trtllm or sglang"
-            )
     if args.cuda_graph_bs is not None and args.format != "sglang":
         raise SpecrlError(
             f"--cuda-graph-bs: SGLang's CUDA-graph sizes, for --format sglang, not {args.format}"
@@ -199,7 +191,9 @@ def _run(args: argparse.Namespace) -> int:
                 f" tokens/s ratio {fidelity.ratio:.4f}; goals {MIN_MATCH:.0%} and {MIN_RATIO});"
                 " nothing written. Pass --force to write it anyway"
             )
-        if args.format == "native" and fidelity is not None:
+        if args.format == "native" and not args.no_search:
+            table = searched_native(args, run, table)
+        if args.format == "native" and (fidelity is not None or not args.no_search):
             report_against_engineer(run, table)
     if args.format != "native" and acceptance is None:
         raise SpecrlError(
@@ -225,11 +219,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def searched_native(args: argparse.Namespace, run, table: KTable) -> KTable:
+    """The best native table searched from the learned ``table`` (specrl.train.table_search),
+    with how it was chosen in its provenance."""
+    from specrl.train.table_search import native_file, search_native
+
+    workloads = args.workload.split(",") if args.workload else None
+    result = search_native(run, table, workloads=workloads, progress=not args.no_progress)
+    print(result.describe())
+    return native_file(table, result)
+
+
 def report_against_engineer(run, table: KTable) -> None:
     """Print the table against the engineer's sweep on the tuning seeds, record it in the
     provenance (``against_engineer``), and warn where the table is below
-    :data:`BELOW_ENGINEER` of it: the learned table's level depends on the training seed, and
-    the stack exports hold the engineer's."""
+    :data:`BELOW_ENGINEER` of it: the learned table's level depends on the training seed,
+    and the searched table holds the engineer's."""
     from specrl.train.search import against_engineer
 
     versus = against_engineer(run, table)
@@ -242,9 +247,8 @@ def report_against_engineer(run, table: KTable) -> None:
     if versus["ratio"] < BELOW_ENGINEER:
         warnings.warn(
             f"the table is below the engineer's per-bucket sweep on the tuning seeds "
-            f"({versus['ratio']:.4f}x): serve a stack export (--format vllm, trtllm or "
-            "sglang, searched from the sweep and never below it there), or train again with "
-            "another --seed",
+            f"({versus['ratio']:.4f}x): export without --no-search (the searched table starts "
+            "from the sweep and is never below it there), or train again with another --seed",
             category=SpecrlWarning,
             stacklevel=2,
         )

@@ -11,6 +11,7 @@ from specrl.files import write_json
 from specrl.table import KTable, load_table
 from specrl.table.stacks import export_file
 from specrl.train.search import STACK_FORMATS, SearchResult, search_run, searched_export
+from specrl.train.table_search import TableSearchResult, native_file, search_native
 from specrl.train.to_table import Fidelity, checked_table
 from specrl.train.trained import TrainedRun
 
@@ -41,15 +42,23 @@ class Exports:
     native: Path
     stacks: list[StackExport]
     """In :data:`~specrl.train.search.STACK_FORMATS` order."""
+    native_search: TableSearchResult | None = None
+    """How the native table was searched from the learned one (None: written as learned)."""
 
 
 def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool) -> Exports:
-    """The run's native table (checked against its policy) and each stack's file in
-    ``where``: its best schedule (``search``), else the table collapsed at its operating
-    acceptance. A format that cannot hold the table is recorded, not raised."""
-    table, fidelity = checked_table(run, progress=progress)
+    """The run's native table (checked against its policy; with ``search``, the best table
+    searched from it) and each stack's file in ``where``: its best schedule (``search``), else
+    the table collapsed at its operating acceptance. A format that cannot hold the table is
+    recorded, not raised."""
+    learned, fidelity = checked_table(run, progress=progress)
     native = where / NATIVE_FILE
-    table.save(native)
+    native_search = None
+    if search:
+        native_search = search_native(run, learned, progress=progress)
+        native_file(learned, native_search).save(native)
+    else:
+        learned.save(native)
     table = load_table(native)  # what a server would read, validated
     acceptance = table.provenance["operating_acceptance"]
     failed: dict[str, SpecrlError] = {}
@@ -57,7 +66,7 @@ def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool)
     if search:
         formats = list(STACK_FORMATS)
         searched = search_run(
-            run, table, formats, acceptance=acceptance, progress=progress, errors=failed
+            run, learned, formats, acceptance=acceptance, progress=progress, errors=failed
         )
     stacks = []
     for fmt in STACK_FORMATS:
@@ -74,4 +83,4 @@ def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool)
             continue
         write_json(where / stack_file(fmt), obj)
         stacks.append(StackExport(fmt, where / stack_file(fmt), obj, searched.get(fmt)))
-    return Exports(table, fidelity, native, stacks)
+    return Exports(table, fidelity, native, stacks, native_search)

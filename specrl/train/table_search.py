@@ -1,0 +1,380 @@
+"""The best native table for the traffic it will serve: the learned table, refined by a local
+search in the surrogate, as each stack's schedule is chosen (:mod:`specrl.train.search`).
+
+PPO learns the table, and its level against the engineer's hand-tuned schedules depends on the
+training seed. :func:`best_table` searches batch x acceptance tables from it:
+
+1. **Starts**: the learned table (fidelity-checked), and the engineer's per-bucket sweep and
+   threshold tuned on the same objective, each as a table that holds its K at every
+   acceptance. The sweep is the incumbent: another start replaces it only if it scores at
+   least :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on the tuning seeds and on the
+   confirmation seeds (then the best such start by the score on both).
+2. **Local search**, bucket by bucket (:data:`~specrl.train.search.SEARCH_BATCHES`), over the
+   buckets the episodes reach. The moves on a bucket's rows: every K one up, or one down
+   (``stale_k`` too); the acceptance at which K changes moved by :data:`SHIFT_BINS` bins
+   either way (draft more or less eagerly); the neighbouring bucket's rows; the learned
+   table's rows; the engineer's sweep K at every acceptance. The best move is kept if it
+   scores at least :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on the tuning seeds
+   and gains as much on the confirmation seeds (:data:`specrl.seeds.CONFIRM_SEED`): the
+   best of a bucket's moves on two seeds is partly the seeds' luck, and a move that does
+   not hold on other episodes is not kept. Up to :data:`MAX_PASSES` passes.
+
+The score is the stack search's: the geometric mean over the workloads of aggregate tokens/s,
+here on the tuning and the confirmation seeds together. Each move kept gains on both, so the
+result is never below the engineer's sweep on either set of seeds, nor below any start that
+beat the sweep on both; a start within the seeds' noise of the sweep (the learned table, as
+often as not) contributes the rows that gain, bucket by bucket, through the moves. The table
+keeps the learned table's acceptance bins and probe rule; its batch buckets are the runs of
+equal rows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from specrl.errors import SpecrlError
+from specrl.policies.engineer import (
+    Scorer,
+    best_sweep,
+    best_threshold,
+    geometric_rate,
+    sweep_dense,
+    threshold_dense,
+    tuning_seeds,
+    workload_name,
+)
+from specrl.seeds import CONFIRM_SEED
+from specrl.table import KTable, table_from_json
+from specrl.train.search import MIN_MOVE_GAIN, search_buckets
+from specrl.train.trained import as_run
+
+SHIFT_BINS = 5
+"""A boundary move shifts each row's Ks by this many acceptance bins (0.05 at the export's
+0.01-wide bins)."""
+INCUMBENT = "engineer's sweep"
+"""The start the search keeps unless another gains on both sets of seeds."""
+MAX_PASSES = 3
+"""Local search passes at most (each tries every reached bucket once)."""
+
+
+@dataclass
+class TableGrid:
+    """A native table as arrays: K per batch size (rows ``0..max_batch``; row 0 is never
+    served) and acceptance bin, and ``stale_k`` per batch size; the rest (bins, probe rule,
+    provenance) from ``template``."""
+
+    k: np.ndarray
+    stale: np.ndarray
+    template: KTable
+
+    @classmethod
+    def of(cls, table: KTable) -> TableGrid:
+        if table.context_bins is not None:
+            raise SpecrlError(
+                "the native table search handles tables without context bins; export this "
+                "one with --no-search"
+            )
+        bins = len(table.acceptance_edges) - 1
+        k = np.zeros((table.max_batch + 1, bins), dtype=np.int64)
+        stale = np.zeros(table.max_batch + 1, dtype=np.int64)
+        for b, (lo, hi) in enumerate(table.batch_buckets):
+            k[lo : hi + 1] = table.cell(b)
+            stale[lo : hi + 1] = table.stale(b)
+        k[0], stale[0] = k[1], stale[1]
+        return cls(k, stale, table)
+
+    @classmethod
+    def constant(cls, dense, template: KTable) -> TableGrid:
+        """The schedule ``dense`` (K per batch size ``0..max_batch``) at every acceptance."""
+        dense = np.asarray(dense, dtype=np.int64)
+        bins = len(template.acceptance_edges) - 1
+        return cls(np.repeat(dense[:, None], bins, axis=1), dense.copy(), template)
+
+    def same(self, other: TableGrid) -> bool:
+        """Whether ``other`` serves the same K everywhere (row 0 is never served)."""
+        return np.array_equal(self.k[1:], other.k[1:]) and np.array_equal(
+            self.stale[1:], other.stale[1:]
+        )
+
+    def copy(self) -> TableGrid:
+        return TableGrid(self.k.copy(), self.stale.copy(), self.template)
+
+    def table(self) -> KTable:
+        """As a :class:`~specrl.table.KTable`: one bucket per run of batch sizes with equal
+        rows and ``stale_k``."""
+        buckets, cells, stale = [], [], []
+        for batch in range(1, self.template.max_batch + 1):
+            row, s = self.k[batch].tolist(), int(self.stale[batch])
+            if cells and cells[-1] == row and stale[-1] == s:
+                buckets[-1][1] = batch
+            else:
+                buckets.append([batch, batch])
+                cells.append(row)
+                stale.append(s)
+        obj = self.template.to_json()
+        obj.update(batch_buckets=buckets, k=cells, stale_k=stale)
+        return table_from_json(obj, source="the searched table")
+
+
+@dataclass
+class TableSearchResult:
+    """The table :func:`best_table` chose, and how."""
+
+    table: KTable
+    score: float
+    start: str
+    starts: dict[str, float]
+    """Each start's score."""
+    starts_by_seeds: dict[str, tuple[float, float]]
+    """Each start's score on the tuning seeds, and on the confirmation seeds."""
+    engineer: dict[str, str]
+    """The engineer's schedules the starts hold, in words."""
+    workloads: list[str]
+    seeds: list[int]
+    confirm_seeds: list[int]
+    moves: list[dict] = field(default_factory=list)
+    """Each move kept: ``{"batch": [lo, hi], "move": what, "gain": score share on both sets of
+    seeds, "gain_tuning": on the tuning seeds, "gain_confirm": on the confirmation seeds}``."""
+    evaluations: int = 0
+    """Surrogate episodes played."""
+    surrogate_s: float = 0.0
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "method": "search",
+            "objective": "geometric mean over the workloads of aggregate tokens/s",
+            "workloads": self.workloads,
+            "seeds": self.seeds,
+            "confirm_seeds": self.confirm_seeds,
+            "min_move_gain": MIN_MOVE_GAIN,
+            "score": self.score,
+            "start": self.start,
+            "starts": self.starts,
+            "starts_by_seeds": {k: list(v) for k, v in self.starts_by_seeds.items()},
+            "engineer": self.engineer,
+            "moves": self.moves,
+            "episodes": self.evaluations,
+            "surrogate_s": round(self.surrogate_s, 1),
+            "wall_s": round(self.wall_s, 1),
+        }
+
+    def describe(self) -> str:
+        learned = self.starts.get("learned table")
+        lines = [
+            f"native: searched from the {self.start} ({len(self.moves)} moves kept): score "
+            f"{self.score:.1f} tokens/s; starts: "
+            + ", ".join(f"{name} {s:.1f}" for name, s in self.starts.items()),
+            f"  judged on seeds {self.seeds[0]}-{self.seeds[-1]}, confirmed on "
+            f"{self.confirm_seeds[0]}-{self.confirm_seeds[-1]}, of {', '.join(self.workloads)}:"
+            f" {self.evaluations} episodes, {self.surrogate_s:,.0f} surrogate s "
+            f"({self.wall_s:.0f} s wall)",
+        ]
+        if learned:
+            lines.append(f"  {self.score / learned:.4f}x the learned table there")
+        for m in self.moves:
+            lines.append(
+                f"  batch {m['batch'][0]}-{m['batch'][1]}: {m['move']} (+{m['gain_tuning']:.2%} "
+                f"on the tuning seeds, +{m['gain_confirm']:.2%} on the confirmation seeds)"
+            )
+        return "\n".join(lines)
+
+
+def best_table(
+    table: KTable, scorer: Scorer, confirm: Scorer, *, progress: bool = False
+) -> TableSearchResult:
+    """Search batch x acceptance tables from ``table`` and the engineer's schedules (see the
+    module); ``scorer`` holds the envs (workloads) and the tuning seeds, ``confirm`` the same
+    envs on the confirmation seeds."""
+    clock = time.perf_counter()
+    both = _Both(scorer, confirm)
+    played = both.cost()
+    k_max, max_batch = table.k_max, table.max_batch
+    k, b, _ = best_threshold(scorer, k_max, max_batch)
+    bucket_k, _ = best_sweep(scorer, k_max, max_batch)
+    sweep = sweep_dense(bucket_k, max_batch)
+    starts = {
+        "learned table": TableGrid.of(table),
+        "engineer's sweep": TableGrid.constant(sweep, table),
+        "engineer's threshold": TableGrid.constant(threshold_dense(k, b, max_batch), table),
+    }
+    tables = {name: g.table() for name, g in starts.items()}
+    both.prefetch(list(tables.values()))
+    scores = {name: both.score(t) for name, t in tables.items()}
+    by_seeds = {name: both.split(t) for name, t in tables.items()}
+    # The engineer's sweep is the incumbent; another start replaces it only where it gains
+    # on both sets of seeds, as a move must.
+    sweep_scores = by_seeds[INCUMBENT]
+    qualified = [
+        name
+        for name, (a, b) in by_seeds.items()
+        if a >= sweep_scores[0] * (1 + MIN_MOVE_GAIN) and b >= sweep_scores[1] * (1 + MIN_MOVE_GAIN)
+    ]
+    start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
+    grid, score, moves = _local_search(
+        starts[start].copy(), both, sweep, starts["learned table"], progress
+    )
+    return TableSearchResult(
+        table=grid.table(),
+        score=score,
+        start=start,
+        starts=scores,
+        starts_by_seeds=by_seeds,
+        engineer={
+            "sweep": ", ".join(f"{lo}-{hi}: {kk}" for (lo, hi), kk in bucket_k.items()),
+            "threshold": f"K={k} up to B={b}, off above",
+        },
+        workloads=[workload_name(env) for env in scorer.envs],
+        seeds=scorer.seeds,
+        confirm_seeds=confirm.seeds,
+        moves=moves,
+        evaluations=both.cost()[0] - played[0],
+        surrogate_s=both.cost()[1] - played[1],
+        wall_s=time.perf_counter() - clock,
+    )
+
+
+class _Both:
+    """The tuning and the confirmation scorers: a table's score on both sets of seeds (the
+    geometric mean over workloads of each workload's tokens/s over all its episodes)."""
+
+    def __init__(self, tune: Scorer, confirm: Scorer):
+        self.tune, self.confirm = tune, confirm
+
+    def prefetch(self, tables) -> None:
+        self.tune.prefetch_tables(tables)
+        self.confirm.prefetch_tables(tables)
+
+    def score(self, table) -> float:
+        tune, confirm = self.tune.play_table(table), self.confirm.play_table(table)
+        played = [a + b for a, b in zip(tune, confirm, strict=True)]
+        return geometric_rate(played)
+
+    def split(self, table) -> tuple[float, float]:
+        """The table's score on the tuning seeds, and on the confirmation seeds."""
+        return self.tune.score_table(table), self.confirm.score_table(table)
+
+    def cost(self) -> tuple[int, float]:
+        return (
+            self.tune.episodes + self.confirm.episodes,
+            self.tune.surrogate_s + self.confirm.surrogate_s,
+        )
+
+
+def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progress: bool):
+    """Bucket by bucket, the best move on the tuning seeds, kept where it gains at least
+    ``MIN_MOVE_GAIN`` there and on the confirmation seeds, for up to :data:`MAX_PASSES`
+    passes: ``(grid, score on both, moves kept)``."""
+    tune, confirm = both.tune, both.confirm
+    current = grid.table()
+    buckets = search_buckets(grid.template.max_batch)
+    kept: list[dict] = []
+    bar = tqdm(desc="search native", total=MAX_PASSES * len(buckets), disable=not progress)
+    for _ in range(MAX_PASSES):
+        changed = False
+        reached = _reached(tune.play_table(current))
+        for i, (lo, hi) in enumerate(buckets):
+            bar.update()
+            if not reached[lo : hi + 1].any():
+                continue  # no step of the tuning episodes has this many rows: nothing to judge
+            trials = {
+                name: (trial, trial.table())
+                for name, trial in _moves(grid, buckets, i, sweep, learned).items()
+                if not trial.same(grid)
+            }
+            tune.prefetch_tables([t for _, t in trials.values()])
+            floor = tune.score_table(current) * (1 + MIN_MOVE_GAIN)
+            best = None
+            for name, (trial, table) in trials.items():
+                s = tune.score_table(table)
+                if s > floor and (best is None or s > best[0]):
+                    best = (s, name, trial, table)
+            if best is None:
+                continue
+            _, name, trial, table = best
+            gain = confirm.score_table(table) / confirm.score_table(current) - 1
+            if gain < MIN_MOVE_GAIN:
+                continue
+            kept.append(
+                {
+                    "batch": [lo, hi],
+                    "move": name,
+                    "gain": both.score(table) / both.score(current) - 1,
+                    "gain_tuning": best[0] / tune.score_table(current) - 1,
+                    "gain_confirm": gain,
+                }
+            )
+            grid, current, changed = trial, table, True
+        if not changed:
+            break
+    bar.close()
+    return grid, both.score(current), kept
+
+
+def _reached(played: list) -> np.ndarray:
+    """Per batch size, whether any step of ``played``'s episodes decoded that many rows."""
+    sizes = [b for runs in played for r in runs for b in r.step_batch]
+    return np.bincount(np.asarray(sizes, dtype=np.int64), minlength=2) > 0
+
+
+def _moves(grid: TableGrid, buckets, i: int, sweep, learned: TableGrid) -> dict[str, TableGrid]:
+    """The moves :func:`_local_search` tries on bucket ``i``'s rows, by name."""
+    lo, hi = buckets[i]
+    k_max = grid.template.k_max
+    rows, stale = grid.k[lo : hi + 1], grid.stale[lo : hi + 1]
+    n = rows.shape[1]
+    options = {
+        "K one up": (np.minimum(rows + 1, k_max), np.minimum(stale + 1, k_max)),
+        "K one down": (np.maximum(rows - 1, 0), np.maximum(stale - 1, 0)),
+        "draft more eagerly": (rows[:, np.minimum(np.arange(n) + SHIFT_BINS, n - 1)], stale),
+        "draft less eagerly": (rows[:, np.maximum(np.arange(n) - SHIFT_BINS, 0)], stale),
+        f"the engineer's K={int(sweep[hi])}": (
+            np.full_like(rows, int(sweep[hi])),
+            np.full_like(stale, int(sweep[hi])),
+        ),
+    }
+    options["the learned table's rows"] = (learned.k[lo : hi + 1], learned.stale[lo : hi + 1])
+    if i > 0:
+        below = buckets[i - 1][1]
+        options["the rows below"] = (
+            np.repeat(grid.k[below][None], len(rows), 0),
+            np.full_like(stale, grid.stale[below]),
+        )
+    if i + 1 < len(buckets):
+        above = buckets[i + 1][0]
+        options["the rows above"] = (
+            np.repeat(grid.k[above][None], len(rows), 0),
+            np.full_like(stale, grid.stale[above]),
+        )
+    out = {}
+    for name, (k, s) in options.items():
+        trial = grid.copy()
+        trial.k[lo : hi + 1], trial.stale[lo : hi + 1] = k, s
+        out[name] = trial
+    return out
+
+
+def search_native(
+    run_dir, table: KTable, *, workloads: list[str] | None = None, progress: bool = True
+) -> TableSearchResult:
+    """:func:`best_table` from the run's exported ``table``, judged on ``workloads`` (presets or
+    trace files; default: the run's training mix) in the surrogate of the run's profile and
+    sizes."""
+    run = as_run(run_dir)
+    names = list(workloads or run.config.workloads)
+    envs = [run.env(w) for w in names]
+    confirm = Scorer(envs, tuning_seeds(seed=CONFIRM_SEED))
+    return best_table(table, Scorer(envs, tuning_seeds()), confirm, progress=progress)
+
+
+def native_file(table: KTable, result: TableSearchResult) -> KTable:
+    """The table ``specrl export --format native`` writes for a search ``result`` from the
+    learned ``table``: the searched cells, with the learned table's provenance (its
+    fidelity check is the learned table's) and, as ``chosen_by``, how the search chose them."""
+    obj = result.table.to_json()
+    obj["provenance"] = dict(table.provenance, chosen_by=result.to_json())
+    return table_from_json(obj, source="the searched table")
