@@ -3,15 +3,18 @@ seeds of each workload in the surrogate.
 
     python experiments/engineer.py --run runs/ppo
     python experiments/engineer.py --run runs/ppo --per-workload   # exports searched per workload
+    python experiments/engineer.py --run runs/ppo --headroom       # + a table per workload
 
-Exports the run (native, with its fidelity check; vLLM, TensorRT-LLM and SGLang, each the
-best schedule of its format searched on the tuning seeds of the run's training mix, or of
-the judged workload with ``--per-workload``), then per workload compares on held-out seeds:
-off, the engineer's ``threshold:tuned`` and ``sweep`` (tuned on that workload's tuning
-seeds), the sweep held to TensorRT-LLM's format, the native table, the three exports and the
-myopic oracle. Prints tokens/s of each over the engineer (the better of ``threshold:tuned``
-and ``sweep``; for TensorRT-LLM, the better of ``threshold:tuned`` and ``sweep:trtllm``), and
-writes ``OUT/engineer.json``, ``OUT/engineer.md`` and the exported files.
+Exports the run (the learned native table, with its fidelity check, and the native table
+searched from it; vLLM, TensorRT-LLM and SGLang, each the best schedule of its format
+searched on the tuning seeds of the run's training mix, or of the judged workload with
+``--per-workload``), then per workload compares on held-out seeds: off, the engineer's
+``threshold:tuned`` and ``sweep`` (tuned on that workload's tuning seeds), the sweep held to
+TensorRT-LLM's format, the learned and the searched native table, the three exports and the
+myopic oracle; with ``--headroom`` also a native table searched on that workload alone.
+Prints tokens/s of each over the engineer (the better of ``threshold:tuned`` and ``sweep``;
+for TensorRT-LLM, the better of ``threshold:tuned`` and ``sweep:trtllm``), and writes
+``OUT/engineer.json``, ``OUT/engineer.md`` and the exported files.
 """
 
 from __future__ import annotations
