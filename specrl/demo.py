@@ -9,9 +9,11 @@
    from the shipped profile where the weights are the same, and times only the step costs.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
    interrupted one resumes from its last checkpoint).
-4. Export the table (native, checked against the policy; vLLM; TensorRT-LLM).
+4. Export the table (native, checked against the policy, then searched from it; each serving
+   stack's best schedule: vLLM, TensorRT-LLM, SGLang).
 5. Compare every policy in the surrogate on held-out seeds of four workloads, then off, the
-   best static K, goodput and the table live, on two held-out traces in ABBA order.
+   best static K, the engineer, goodput and the table live, on two held-out traces in ABBA
+   order.
 6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
    CSV, PNG plots and the wandb (offline) run directories.
 """
