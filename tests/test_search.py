@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from search_helpers import small_scorer
 
-from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.policies.engineer import Scorer
-from specrl.profile.synthetic import linear_profile
 from specrl.train.search import (
     MIN_RISE_WORTH,
     StackFormat,
@@ -16,20 +14,6 @@ from specrl.train.search import (
     engineer_starts,
     search_buckets,
 )
-
-
-def _scorer(workloads=("ramp", "bursts"), max_batch=16, k_max=3):
-    envs = [
-        SurrogateSpecEnv(
-            profile=linear_profile(),
-            workload=w,
-            workload_kwargs={"n_requests": 24, "peak": max_batch},
-            max_batch=max_batch,
-            k_max=k_max,
-        )
-        for w in workloads
-    ]
-    return Scorer(envs, [50_000, 50_001])
 
 
 def _dense(*ks):
@@ -72,7 +56,7 @@ def test_search_buckets_never_split_an_sglang_padding_group():
 
 
 def test_the_search_is_never_worse_than_any_start_and_says_how_it_chose():
-    scorer = _scorer()
+    scorer = small_scorer()
     for name in ("vllm", "trtllm", "sglang"):
         fmt = StackFormat(name, k_max=3, max_batch=16)
         starts = engineer_starts(scorer, fmt)
@@ -91,7 +75,7 @@ def test_the_search_is_never_worse_than_any_start_and_says_how_it_chose():
 
 
 def test_trtllm_starts_hold_the_sweep_nudged_to_the_smallest_key_rule():
-    scorer = _scorer()
+    scorer = small_scorer()
     fmt = StackFormat("trtllm", k_max=3, max_batch=16)
     starts = engineer_starts(scorer, fmt)
     assert "threshold" in starts
@@ -101,7 +85,7 @@ def test_trtllm_starts_hold_the_sweep_nudged_to_the_smallest_key_rule():
 
 
 def test_a_start_the_format_cannot_hold_is_left_out_and_none_is_an_error():
-    scorer = _scorer(workloads=("bursts",))
+    scorer = small_scorer(workloads=("bursts",))
     fmt = StackFormat("trtllm", k_max=3, max_batch=16)
     off_at_1 = np.zeros(17, dtype=np.int64)
     off_at_1[2:5] = 2

@@ -5,33 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from search_helpers import small_scorer
 
 from specrl.controller import LookupController
-from specrl.envs import SurrogateSpecEnv
 from specrl.errors import SpecrlError
 from specrl.policies.engineer import Scorer, geometric_rate, shared_episodes
-from specrl.profile.synthetic import linear_profile
 from specrl.table import table_from_json
 from specrl.table.build import table_from_policy
 from specrl.train.table_search import TableGrid, best_table, native_file
 
 
-def _scorer(workloads=("ramp", "bursts"), max_batch=16, k_max=3, seeds=(50_000, 50_001)):
-    envs = [
-        SurrogateSpecEnv(
-            profile=linear_profile(),
-            workload=w,
-            workload_kwargs={"n_requests": 24, "peak": max_batch},
-            max_batch=max_batch,
-            k_max=k_max,
-        )
-        for w in workloads
-    ]
-    return Scorer(envs, list(seeds))
-
-
 def _confirm(cls=Scorer):
-    tune = _scorer()
+    tune = small_scorer()
     return cls(tune.envs, [55_000, 55_001])
 
 
@@ -96,7 +81,7 @@ def test_a_grid_serves_what_its_table_serves_and_merges_equal_rows():
 
 
 def test_a_constant_grid_plays_exactly_as_the_schedule_it_holds():
-    scorer = _scorer()
+    scorer = small_scorer()
     dense = np.array([0, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0])
     grid = TableGrid.constant(dense, _learned())
     table = grid.table()
@@ -110,7 +95,7 @@ def test_a_constant_grid_plays_exactly_as_the_schedule_it_holds():
 
 
 def test_the_search_is_never_below_any_start_and_says_how_it_chose():
-    scorer, confirm = _scorer(), _confirm()
+    scorer, confirm = small_scorer(), _confirm()
     learned = _learned()
     result = best_table(learned, scorer, confirm)
     assert set(result.starts) == {"learned table", "engineer's sweep", "engineer's threshold"}
@@ -150,7 +135,7 @@ def test_a_move_that_does_not_hold_on_the_confirmation_seeds_is_not_kept():
         def score_table(self, table):
             return 100.0
 
-    scorer = _scorer()
+    scorer = small_scorer()
     free = best_table(_learned(), scorer, _confirm())
     flat = best_table(_learned(), scorer, _confirm(Flat))
     assert free.moves or free.start != "engineer's sweep", "something gains on both"
@@ -162,7 +147,7 @@ def test_a_move_that_does_not_hold_on_the_confirmation_seeds_is_not_kept():
 
 
 def test_tables_are_cached_by_content_not_provenance():
-    scorer = _scorer()
+    scorer = small_scorer()
     table = _learned()
     scorer.play_table(table)
     played = scorer.episodes
@@ -171,7 +156,7 @@ def test_tables_are_cached_by_content_not_provenance():
     scorer.play_table(table_from_json(obj))
     assert scorer.episodes == played
     with shared_episodes():
-        a, b = _scorer(), _scorer()
+        a, b = small_scorer(), small_scorer()
         a.play_table(table)
         b.play_table(table)  # shared: played once, counted by each
         assert a.episodes == b.episodes == played
