@@ -12,7 +12,7 @@
       gamma: [0.99, 0.9]
       net_arch: [[64, 64], [32]]     # a list field: a list of lists is the axis
     compare: {workloads: [ramp, day, bursts, mixed], episodes: 2}
-    export: {search: true}           # false: the stack files collapse the table (--no-search)
+    export: {search: true}           # false: the learned table, the stacks' collapsed (--no-search)
     wandb: offline                   # offline | online | disabled
     fleet:                           # profiles the sweep measures first, one Ray task each
       - {accelerator: "accel:H200", preset: small, device: cuda}
