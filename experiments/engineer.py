@@ -95,11 +95,21 @@ def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> d
     return results
 
 
+def _native(run_dir: Path, table, path: Path, workloads=None):
+    """The native table searched from the learned ``table`` on ``workloads`` (default: the
+    training mix), written to ``path``; the search's result."""
+    from specrl.train.table_search import native_file, search_native
+
+    result = search_native(run_dir, table, workloads=workloads)
+    print(result.describe())
+    native_file(table, result).save(path)
+    return result
+
+
 def run(args: Args) -> Path:
     from specrl.config import load_config
     from specrl.errors import SpecrlError
     from specrl.train.envs import load_run_profile as _load_run_profile
-    from specrl.train.table_search import native_file, search_native
     from specrl.train.to_table import checked_table
 
     if not args.run:
@@ -114,10 +124,8 @@ def run(args: Args) -> Path:
     print(fidelity.format())
     table.save(out / "learned.json")
     acceptance = table.provenance["operating_acceptance"]
-    native = search_native(run_dir, table)
-    print(native.describe())
-    native_file(table, native).save(out / "table.json")
-    searches = {"native": native.to_json()}
+    native_searches = {"mix": _native(run_dir, table, out / "table.json")}
+    searches = {}
     formats = () if args.native_only else FORMATS
     if formats and not args.per_workload:
         searches["mix"] = export_all(run_dir, out, table, acceptance)
@@ -129,10 +137,9 @@ def run(args: Args) -> Path:
             where.mkdir(exist_ok=True)
             searches[workload] = export_all(run_dir, where, table, acceptance, [workload])
         if args.headroom:
-            own = search_native(run_dir, table, workloads=[workload])
-            print(own.describe())
-            native_file(table, own).save(out / f"table-{workload}.json")
-            searches[f"native {workload}"] = own.to_json()
+            native_searches[workload] = _native(
+                run_dir, table, out / f"table-{workload}.json", [workload]
+            )
         report = _judge(args, config, profile, workload, out, where, formats)
         reports[workload] = report
         rows.append(_row(report, workload, formats))
@@ -151,11 +158,9 @@ def run(args: Args) -> Path:
             "per_workload": args.per_workload,
             "rows": rows,
             "searches": {
-                k: v
-                if isinstance(v, dict) and "method" in v
-                else {f: r.to_json() for f, r in v.items()}
-                for k, v in searches.items()
+                k: {fmt: r.to_json() for fmt, r in v.items()} for k, v in searches.items()
             },
+            "native_searches": {k: r.to_json() for k, r in native_searches.items()},
             "reports": {w: r.to_json() for w, r in reports.items()},
             "wall_s": time.perf_counter() - start,
         },
@@ -207,7 +212,7 @@ def _row(report, workload: str, formats) -> dict:
         "native_vs_oracle": _ratio(report, "lookup:table.json", "oracle"),
     }
     own = f"lookup:table-{workload}.json"
-    if any(r.policy == own for r in report.results):
+    if report.result(own) is not None:
         row["own"] = _ratio(report, own, eng)
         row["own_vs_oracle"] = _ratio(report, own, "oracle")
     for fmt in formats:

@@ -191,10 +191,11 @@ def _run(args: argparse.Namespace) -> int:
                 f" tokens/s ratio {fidelity.ratio:.4f}; goals {MIN_MATCH:.0%} and {MIN_RATIO});"
                 " nothing written. Pass --force to write it anyway"
             )
-        if args.format == "native" and not args.no_search:
-            table = searched_native(args, run, table)
-        if args.format == "native" and (fidelity is not None or not args.no_search):
-            report_against_engineer(run, table)
+        if args.format == "native":
+            if not args.no_search:
+                table = searched_native(args, run, table)
+            if fidelity is not None or not args.no_search:  # not a --no-check learned table
+                report_against_engineer(run, table)
     if args.format != "native" and acceptance is None:
         raise SpecrlError(
             f"--format {args.format} collapses the table over acceptance; give --acceptance A"

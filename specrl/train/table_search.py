@@ -271,6 +271,7 @@ def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progr
     passes: ``(grid, score on both, moves kept)``."""
     tune, confirm = both.tune, both.confirm
     current = grid.table()
+    current_tune = tune.score_table(current)
     buckets = search_buckets(grid.template.max_batch)
     kept: list[dict] = []
     bar = tqdm(desc="search native", total=MAX_PASSES * len(buckets), disable=not progress)
@@ -287,7 +288,7 @@ def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progr
                 if not trial.same(grid)
             }
             tune.prefetch_tables([t for _, t in trials.values()])
-            floor = tune.score_table(current) * (1 + MIN_MOVE_GAIN)
+            floor = current_tune * (1 + MIN_MOVE_GAIN)
             best = None
             for name, (trial, table) in trials.items():
                 s = tune.score_table(table)
@@ -295,7 +296,7 @@ def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progr
                     best = (s, name, trial, table)
             if best is None:
                 continue
-            _, name, trial, table = best
+            best_tune, name, trial, table = best
             gain = confirm.score_table(table) / confirm.score_table(current) - 1
             if gain < MIN_MOVE_GAIN:
                 continue
@@ -304,11 +305,11 @@ def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progr
                     "batch": [lo, hi],
                     "move": name,
                     "gain": both.score(table) / both.score(current) - 1,
-                    "gain_tuning": best[0] / tune.score_table(current) - 1,
+                    "gain_tuning": best_tune / current_tune - 1,
                     "gain_confirm": gain,
                 }
             )
-            grid, current, changed = trial, table, True
+            grid, current, current_tune, changed = trial, table, best_tune, True
         if not changed:
             break
     bar.close()
