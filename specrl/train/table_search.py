@@ -211,8 +211,9 @@ def best_table(
     sweep_scores = by_seeds[INCUMBENT]
     qualified = [
         name
-        for name, (a, b) in by_seeds.items()
-        if a >= sweep_scores[0] * (1 + MIN_MOVE_GAIN) and b >= sweep_scores[1] * (1 + MIN_MOVE_GAIN)
+        for name, (on_tune, on_confirm) in by_seeds.items()
+        if on_tune >= sweep_scores[0] * (1 + MIN_MOVE_GAIN)
+        and on_confirm >= sweep_scores[1] * (1 + MIN_MOVE_GAIN)
     ]
     start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
     grid, score, moves = _local_search(
