@@ -1,8 +1,9 @@
 """``specrl demo``: the whole job on this machine, from the pair to a K table compared live.
 
 1. Reuse (or build) the default pair.
-2. Reuse the shipped profile where its fingerprint matches this machine, else a profile cached
-   by an earlier demo, else measure one (3 repetitions per cell). Then time a few cells now
+2. Reuse the shipped profile where its fingerprint matches this machine and its grid reaches
+   ``--max-batch``, else a profile cached by an earlier demo, else measure one (3 repetitions
+   per cell, every batch size of the grid up to ``--max-batch``). Then time a few cells now
    (``specrl profile --check``; not for a profile measured in this run): a profile whose
    cells are off by more than their measured noise is reported with the command that
    re-measures it; ``--measure`` re-measures at once. A new measurement takes acceptance
@@ -96,6 +97,12 @@ def _step(n: int, text: str) -> None:
     _say(f"\n[{n}/6] {text}")
 
 
+def demo_batch_sizes(max_batch: int) -> list[int]:
+    """The batch sizes a demo's own profile times: ``specrl profile``'s grid below
+    ``max_batch``, then ``max_batch`` itself, so that the grid reaches every batch served."""
+    return [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < max_batch] + [max_batch]
+
+
 def cached_profile_path(fingerprint: dict, cache: Path) -> Path:
     """Where a demo keeps the profile it measured for the device and pair of ``fingerprint``
     (:func:`~specrl.profile.fingerprint.pair_fingerprint`) in its cache folder."""
@@ -118,6 +125,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
             continue
         try:
             profile = load_profile(path)  # an unreadable cached one is measured again
+            _check_grid(profile, options.max_batch)
             # The demo runs at the profile's thread count unless --threads says otherwise
             # (`use_profile_threads` below), so compare at that count, not torch's default.
             here = {**fp, "threads": profile_threads(profile, options.threads)}
@@ -140,7 +148,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     profile = measure_profile(
         pair,
         k_max=4,
-        batch_sizes=[b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= options.max_batch],
+        batch_sizes=demo_batch_sizes(options.max_batch),
         contexts=list(DEMO_CONTEXTS),
         reps=3,
         device=options.device,
@@ -152,6 +160,16 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     cache.mkdir(parents=True, exist_ok=True)
     profile.save(cached)
     return profile, cached, "measured"
+
+
+def _check_grid(profile, max_batch: int) -> None:
+    """Refuse a profile whose batch sizes stop below ``max_batch``: the surrogate would serve
+    the larger batches at the grid's edge."""
+    largest = max(profile.batch_sizes)
+    if largest < max_batch:
+        raise SpecrlError(
+            f"its grid stops at batch {largest}, below the demo's --max-batch {max_batch}"
+        )
 
 
 def _check_profile(

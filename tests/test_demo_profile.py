@@ -78,3 +78,68 @@ def test_a_demo_on_a_new_machine_measures_the_demo_grid(micro_pair, tmp_path, mo
         4,
     )
     assert asked["progress"] is False  # `specrl demo --no-progress` hides its bar too
+
+
+def test_the_demo_grid_reaches_its_max_batch():
+    from specrl.demo import demo_batch_sizes
+
+    assert demo_batch_sizes(128) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert demo_batch_sizes(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert demo_batch_sizes(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert demo_batch_sizes(1) == [1]
+    assert demo_batch_sizes(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_a_profile_whose_grid_stops_below_max_batch_is_measured_again(
+    micro_pair, tmp_path, monkeypatch, capsys
+):
+    """A matching profile whose batch sizes stop below --max-batch would serve the larger
+    batches at its edge: the demo says so and measures the grid it needs."""
+    import torch
+
+    import specrl.envs
+    import specrl.profile.measure
+    from specrl.demo import _choose_profile
+    from specrl.profile.fingerprint import pair_fingerprint
+    from specrl.profile.synthetic import linear_profile
+
+    fingerprint = {**pair_fingerprint(micro_pair, k_max=4), "threads": 1}
+    shipped = linear_profile()
+    shipped.fingerprint = fingerprint
+    path = tmp_path / "shipped.json"
+    shipped.save(path)
+    monkeypatch.setattr(specrl.envs, "default_profile_path", lambda: path)
+    largest = max(shipped.batch_sizes)
+    asked = {}
+
+    def measure(pair, **kw):
+        asked.update(kw)
+        return shipped
+
+    monkeypatch.setattr(specrl.profile.measure, "measure_profile", measure)
+    _, where, how = _choose_profile(micro_pair, DemoOptions(max_batch=largest), tmp_path / "c")
+    assert (where, how) == (path, "reused") and not asked
+    before = torch.get_num_threads()
+    try:  # the demo measures at one thread
+        _, _, how = _choose_profile(
+            micro_pair, DemoOptions(max_batch=largest + 1, progress=False), tmp_path / "c"
+        )
+    finally:
+        torch.set_num_threads(before)
+    assert how == "measured" and asked["batch_sizes"][-1] == largest + 1
+    assert f"its grid stops at batch {largest}, below the demo's --max-batch {largest + 1}" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_command_line_passes_max_batch_to_the_demo(monkeypatch):
+    import specrl.demo
+    from specrl.cli import main
+
+    seen = []
+    monkeypatch.setattr(specrl.demo, "run_demo", seen.append)
+    assert main(["demo", "--max-batch", "64", "--no-progress"]) == 0
+    assert seen[0].max_batch == 64 and seen[0].progress is False
+    seen.clear()
+    assert main(["demo"]) == 0
+    assert seen[0].max_batch == DemoOptions().max_batch == 128

@@ -6,7 +6,7 @@ import argparse
 
 from specrl import demo
 from specrl.errors import SpecrlError
-from specrl.options import N_REQUESTS, THREADS, WANDB_MODES, device, model_preset, positive_int
+from specrl.options import BATCH, N_REQUESTS, THREADS, WANDB_MODES, device, model_preset, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=defaults.live_episodes,
         help="live held-out traces, the policies taking turns in ABBA order (2)",
     )
+    parser.add_argument(
+        "--max-batch",
+        type=BATCH,
+        default=defaults.max_batch,
+        help="largest batch: of a measured profile's grid, training, the comparisons and the "
+        "live trace's peak (128); a profile whose grid stops below it is measured again",
+    )
     parser.add_argument("--measure", action="store_true", help="measure a new profile")
     parser.add_argument("--wandb", choices=WANDB_MODES, default=defaults.wandb)
     parser.add_argument(
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             surrogate_episodes=args.surrogate_episodes,
             live_requests=args.live_requests,
             live_episodes=args.live_episodes,
+            max_batch=args.max_batch,
             measure=args.measure,
             wandb=args.wandb,
             threads=args.threads,
