@@ -173,3 +173,29 @@ def test_a_table_with_context_bins_is_refused_naming_the_way_out():
     )
     with pytest.raises(SpecrlError, match="without context bins.*--no-search"):
         TableGrid.of(table)
+
+
+def _monotone_rows(k: np.ndarray) -> bool:
+    return bool((np.diff(k, axis=1) >= 0).all())
+
+
+def test_a_table_monotone_in_acceptance_stays_monotone_through_the_search():
+    """``specrl export --monotone`` promises K non-decreasing in acceptance; the search keeps
+    that promise: every move it offers from a monotone table is monotone (K one up or down,
+    boundaries shifted, a neighbour's or the learned rows, one K everywhere), and so is the
+    table it writes."""
+    from specrl.train.search import search_buckets
+    from specrl.train.table_search import _moves
+
+    learned = TableGrid.of(_per_batch_size(_learned()))
+    assert _monotone_rows(learned.k) and not (learned.k == learned.k[:, :1]).all()
+    sweep = np.array([0, 3, 3, 2, 2, 1, 1, 1, 1] + [0] * 8)
+    buckets = search_buckets(16)
+    for grid in (learned, TableGrid.constant(sweep, learned.template)):
+        for i in range(len(buckets)):
+            offered = _moves(grid, buckets, i, sweep, learned)
+            assert {"K one up", "draft more eagerly", "the learned table's rows"} <= set(offered)
+            for name, trial in offered.items():
+                assert _monotone_rows(trial.k), (buckets[i], name)
+    result = best_table(_learned(), small_scorer(), _confirm())
+    assert _monotone_rows(TableGrid.of(result.table).k)
