@@ -6,7 +6,15 @@ import argparse
 
 from specrl import demo
 from specrl.errors import SpecrlError
-from specrl.options import BATCH, N_REQUESTS, THREADS, WANDB_MODES, device, model_preset, positive_int
+from specrl.options import (
+    BATCH,
+    N_REQUESTS,
+    THREADS,
+    WANDB_MODES,
+    device,
+    model_preset,
+    positive_int,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
