@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from train_helpers import tiny
 
@@ -20,7 +21,7 @@ from specrl.dataclass_cli import parse
 from specrl.errors import SpecrlError
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("train_ppo", "compare", "seeds", "engineer")
+SCRIPTS = ("train_ppo", "compare", "seeds", "engineer", "table_headroom")
 
 
 TINY_ROLLOUT = ("--n-envs", "2", "--n-steps", "64", "--batch-size", "64")
@@ -298,3 +299,41 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
             50_001,
         ]
     assert "| ramp | " in (out / "engineer.md").read_text()
+
+
+def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
+    """Every split the in-sample search tries sets the bucket's rows, and nothing else, to a
+    lower K below the cut and a higher one (at most MAX_STEP more) from it on."""
+    from specrl.table.build import table_from_policy
+    from specrl.train.table_search import TableGrid
+
+    module = load("table_headroom")
+    edges = [round(i / 100, 2) for i in range(101)]
+    table = table_from_policy(
+        lambda b, a, c: 2 if b <= 4 else 0,
+        k_max=4,
+        max_batch=8,
+        acceptance_edges=edges,
+        provenance={
+            "profile_sha256": "",
+            "profile_fingerprint": {},
+            "target_id": "",
+            "draft_id": "",
+            "run_id": "",
+            "training_steps": 0,
+            "specrl_version": "",
+            "created": "",
+        },
+    )
+    grid = TableGrid.of(table)
+    trials = module._splits(grid, 3, 4, 4)
+    splits = {n: t for n, t in trials.items() if not n.startswith("stale")}
+    # 7 cuts x the (low, high) pairs with high - low in 0..2, less the unchanged "2 / 2".
+    pairs = sum(1 for lo in range(5) for hi in range(lo, min(4, lo + 2) + 1))
+    assert len(splits) == 7 * pairs - 7
+    assert {n for n in trials if n.startswith("stale")} == {f"stale K={k}" for k in (0, 1, 3, 4)}
+    trial = trials["K=1 below 0.5, K=3 above"]
+    assert (trial.k[3:5, :50] == 1).all() and (trial.k[3:5, 50:] == 3).all()
+    untouched = np.r_[0:3, 5:9]
+    assert (trial.k[untouched] == grid.k[untouched]).all()
+    assert (trial.stale == grid.stale).all()

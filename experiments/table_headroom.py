@@ -1,0 +1,171 @@
+"""How much of the myopic oracle's headroom a batch x acceptance table can take, tuned even on
+the very episodes it is judged on, and whether that survives fresh episodes.
+
+    python experiments/table_headroom.py                    # ramp, the shipped profile, 4 min
+    python experiments/table_headroom.py --workload mixed --profile P.json
+
+1. The engineer's per-bucket sweep, tuned on the workload's tuning seeds
+   (:data:`specrl.seeds.TUNE_SEED`), written as a native table (one K at every acceptance;
+   probes only where a row drafts, as exported tables do).
+2. In sample: on the held-out seeds themselves (``--seed``, ``--episodes``), for each small
+   bucket of :data:`BUCKETS` in turn, every table that splits the bucket's rows at one
+   acceptance of :data:`CUTS` into a lower K below and a higher K above (at most
+   :data:`MAX_STEP` apart), and every stale K; the best is kept where it gains. This is an
+   optimistic figure: the table is chosen on the episodes that judge it.
+3. Out of sample: that table, the sweep and the oracle on fresh seeds (``--fresh-seed``,
+   ``--fresh-episodes``), with the ratio per episode.
+
+Prints each step; the oracle reads every request's true acceptance, which a table's
+observation (the batch's acceptance estimate) does not carry.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Annotated
+
+from specrl.dataclass_cli import script_main, value
+from specrl.options import SEED, positive_int, workload_preset
+from specrl.seeds import HELD_OUT_SEED
+
+BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8))
+"""The buckets split by acceptance: where the oracle gains over the engineer on ramp."""
+CUTS = tuple(round(0.3 + 0.1 * i, 1) for i in range(7))
+"""The acceptances a bucket's rows may be split at (0.3-0.9)."""
+MAX_STEP = 2
+"""The higher K of a split is at most this much above the lower."""
+FRESH_SEED = 60_000
+"""Seeds no job of specrl.seeds uses."""
+
+
+@dataclass
+class Args:
+    workload: Annotated[str, value(workload_preset)] = "ramp"
+    """The workload preset judged (its peak at ``max_batch``)."""
+    profile: str = ""
+    """A profile JSON; empty: the shipped one."""
+    max_batch: Annotated[int, value(positive_int)] = 128
+    """Largest batch of the surrogate env and the tables."""
+    seed: Annotated[int, value(SEED)] = HELD_OUT_SEED
+    """First held-out seed: the in-sample search is judged (and chosen) on these."""
+    episodes: Annotated[int, value(positive_int)] = 4
+    """Held-out episodes (seeds seed..seed+episodes-1), as experiments/engineer.py judges."""
+    fresh_seed: Annotated[int, value(SEED)] = FRESH_SEED
+    """First of the fresh seeds the chosen table is judged on again."""
+    fresh_episodes: Annotated[int, value(positive_int)] = 8
+    """Fresh episodes."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return script_main(Args, _on_every_core, argv, __doc__, "table_headroom")
+
+
+def _on_every_core(args: Args) -> dict:
+    from specrl.policies.engineer import shared_episodes
+    from specrl.policies.episode_pool import parallel_episodes
+
+    with shared_episodes(), parallel_episodes():
+        return run(args)
+
+
+def run(args: Args) -> dict:
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.features import STALE_STEPS
+    from specrl.policies import make_policy
+    from specrl.policies.engineer import (
+        Scorer,
+        best_sweep,
+        geometric_rate,
+        sweep_dense,
+        tuning_seeds,
+    )
+    from specrl.table.build import table_from_policy
+    from specrl.train.search import _NO_PROVENANCE
+    from specrl.train.table_search import TableGrid
+    from specrl.train.to_table import ACCEPTANCE_EDGES
+
+    env = SurrogateSpecEnv(
+        workload=args.workload,
+        workload_kwargs={"peak": args.max_batch},
+        max_batch=args.max_batch,
+        **({"profile": args.profile} if args.profile else {}),
+    )
+    k_max = env.k_max
+    held = Scorer([env], list(range(args.seed, args.seed + args.episodes)))
+    fresh = Scorer([env], list(range(args.fresh_seed, args.fresh_seed + args.fresh_episodes)))
+    bucket_k, _ = best_sweep(Scorer([env], tuning_seeds()), k_max, args.max_batch)
+    sweep = sweep_dense(bucket_k, args.max_batch)
+    template = table_from_policy(
+        lambda b, a, c: int(sweep[b]),
+        k_max=k_max,
+        max_batch=args.max_batch,
+        acceptance_edges=list(ACCEPTANCE_EDGES),
+        provenance=dict(_NO_PROVENANCE),
+        probe={"after_steps": STALE_STEPS, "k": 1, "scope": "speculating"},
+    )
+    grid = TableGrid.constant(sweep, template)
+    oracle = lambda scorer: geometric_rate(  # noqa: E731
+        scorer.play_policy(lambda e: make_policy("oracle", env=e))
+    )
+    engineer = held.score(sweep)
+    print(
+        f"{args.workload}: the engineer's sweep ({_words(bucket_k)}) {engineer:.1f} tokens/s on "
+        f"seeds {held.seeds[0]}-{held.seeds[-1]}; the oracle {oracle(held) / engineer:.4f}x",
+        flush=True,
+    )
+    score, kept = engineer, []
+    for lo, hi in BUCKETS:
+        trials = _splits(grid, lo, hi, k_max)
+        tables = {name: trial.table() for name, trial in trials.items()}
+        held.prefetch_tables(list(tables.values()))
+        best = max(tables, key=lambda name: held.score_table(tables[name]))
+        if held.score_table(tables[best]) > score:
+            grid, score = trials[best], held.score_table(tables[best])
+            kept.append(f"B {lo}-{hi}: {best}")
+            print(f"  in sample, B {lo}-{hi}: {best} -> {score / engineer:.4f}x", flush=True)
+    table = grid.table()
+    f_engineer, f_table, f_oracle = fresh.score(sweep), fresh.score_table(table), oracle(fresh)
+    per_seed = [
+        (t.tokens / t.seconds) / (e.tokens / e.seconds)
+        for e, t in zip(fresh.play(sweep)[0], fresh.play_table(table)[0], strict=True)
+    ]
+    print(
+        f"in sample: the table {score / engineer:.4f}x the engineer\n"
+        f"fresh seeds {fresh.seeds[0]}-{fresh.seeds[-1]}: the table {f_table / f_engineer:.4f}x, "
+        f"the oracle {f_oracle / f_engineer:.4f}x; per seed "
+        + " ".join(f"{r:.3f}" for r in per_seed)
+    )
+    return {
+        "in_sample": score / engineer,
+        "fresh": f_table / f_engineer,
+        "oracle_fresh": f_oracle / f_engineer,
+        "kept": kept,
+    }
+
+
+def _splits(grid, lo: int, hi: int, k_max: int) -> dict:
+    """Every split of rows ``lo..hi`` at one of :data:`CUTS`, and every stale K, by name."""
+    out = {}
+    for cut in CUTS:
+        at = int(round(cut * (grid.k.shape[1])))
+        for low in range(k_max + 1):
+            for high in range(low, min(k_max, low + MAX_STEP) + 1):
+                trial = grid.copy()
+                trial.k[lo : hi + 1, :at], trial.k[lo : hi + 1, at:] = low, high
+                if not trial.same(grid):
+                    out[f"K={low} below {cut}, K={high} above"] = trial
+    for stale in range(k_max + 1):
+        trial = grid.copy()
+        trial.stale[lo : hi + 1] = stale
+        if not trial.same(grid):
+            out[f"stale K={stale}"] = trial
+    return out
+
+
+def _words(bucket_k: dict) -> str:
+    return ", ".join(f"{lo}-{hi}: {k}" for (lo, hi), k in bucket_k.items())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
