@@ -305,6 +305,7 @@ def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
     """Every split the in-sample search tries sets the bucket's rows, and nothing else, to a
     lower K below the cut and a higher one (at most MAX_STEP more) from it on."""
     from specrl.table.build import table_from_policy
+    from specrl.train.search import _NO_PROVENANCE
     from specrl.train.table_search import TableGrid
 
     module = load("table_headroom")
@@ -314,16 +315,7 @@ def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
         k_max=4,
         max_batch=8,
         acceptance_edges=edges,
-        provenance={
-            "profile_sha256": "",
-            "profile_fingerprint": {},
-            "target_id": "",
-            "draft_id": "",
-            "run_id": "",
-            "training_steps": 0,
-            "specrl_version": "",
-            "created": "",
-        },
+        provenance=dict(_NO_PROVENANCE),
     )
     grid = TableGrid.of(table)
     trials = module._splits(grid, 3, 4, 4)
