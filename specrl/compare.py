@@ -102,13 +102,15 @@ class ComparisonReport:
     def format(self) -> str:
         """A Markdown table: tokens/s, ratios to best static, the engineer and off, each
         bucket, TPOT; then the best static policy overall and per bucket, naming the static
-        policies it was chosen among (left out with fewer than two: one policy is no
-        finding), how the engineer's baselines were tuned, and the fewest steps any policy
-        took in each bucket."""
-        best, off, eng = self.best_static, self.result("off"), self.engineer
+        policies it was chosen among, how the engineer's baselines were tuned, and the fewest
+        steps any policy took in each bucket. The best static column and lines are left out
+        with fewer than two static policies: one policy is no finding."""
+        off, eng = self.result("off"), self.engineer
+        static = [r.policy for r in static_results(self.results)]
+        best = self.best_static if len(static) > 1 else None
         buckets = self.reached_buckets()
         spread = best is not None and self.episodes > 1
-        head = ["policy", "tokens/s", "/ best static"]
+        head = ["policy", "tokens/s"] + (["/ best static"] if best else [])
         head += ["min-max per episode"] if spread else []
         head += ["/ engineer"] if eng else []
         head += ["min-max per episode"] if eng and self.episodes > 1 else []
@@ -116,7 +118,8 @@ class ComparisonReport:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.results:
             cells = [r.policy, f"{r.tokens_per_s:.0f}"]
-            cells.append(f"{r.tokens_per_s / best.tokens_per_s:.3f}" if best else "-")
+            if best:
+                cells.append(f"{r.tokens_per_s / best.tokens_per_s:.3f}")
             if spread:
                 ratios = self.paired_ratios(r.policy, best.policy)
                 cells.append(f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-")
@@ -133,8 +136,7 @@ class ComparisonReport:
             cells += [f"{r.tpot_p50_s * 1e3:.1f}", f"{r.tpot_p99_s * 1e3:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
         notes = []
-        static = [r.policy for r in static_results(self.results)]
-        if len(static) > 1:
+        if best:
             among = ", ".join(static)
             notes.append(
                 f"best static policy, among {among}: {best.policy} "
