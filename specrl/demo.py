@@ -2,19 +2,19 @@
 
 1. Reuse (or build) the default pair.
 2. Reuse the shipped profile where its fingerprint matches this machine and its grid reaches
-   ``--max-batch``, else a profile cached by an earlier demo, else measure one (3 repetitions
-   per cell, every batch size of the grid up to ``--max-batch``). Then time a few cells now
-   (``specrl profile --check``; not for a profile measured in this run): a profile whose
-   cells are off by more than their measured noise is reported with the command that
-   re-measures it; ``--measure`` re-measures at once. A new measurement takes acceptance
-   from the shipped profile where the weights are the same, and times only the step costs.
+   ``--max-batch``, else a profile cached by an earlier demo, else measure one
+   (``--profile-reps`` rounds, every batch size of the grid up to ``--max-batch``). Then
+   time a few cells now (``specrl profile --check``; not for a profile measured in this
+   run): a profile whose cells are off by more than their measured noise is reported with
+   the command that re-measures it; ``--measure`` re-measures at once. A new measurement
+   takes acceptance from the shipped profile where the weights are the same, and times only
+   the step costs.
 3. Train PPO with a short budget, cached by profile and budget (a second demo reuses it; an
    interrupted one resumes from its last checkpoint).
 4. Export the table (native, checked against the policy, then searched from it; each serving
    stack's best schedule: vLLM, TensorRT-LLM, SGLang).
-5. Compare every policy in the surrogate on held-out seeds of four workloads, then off, the
-   best static K, the engineer, goodput and the table live, on two held-out traces in ABBA
-   order.
+5. Compare every policy in the surrogate on held-out seeds of four workloads, then off,
+   the engineer and the table live, on two held-out traces in ABBA order.
 6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
    CSV, PNG plots and the wandb (offline) run directories.
 """
@@ -55,21 +55,23 @@ class DemoOptions:
     out: str = "runs"
     """Each demo writes ``OUT/demo-<UTC time>/``; the cache is ``OUT/demo-cache/``."""
     preset: str = "small"
-    timesteps: int = 50_000
+    timesteps: int = 25_000
     surrogate_episodes: int = 2
-    live_requests: int = 64
+    live_requests: int = 32
     """Requests in the live held-out trace (the mixed preset)."""
     live_episodes: int = 2
     """Live held-out traces (seeds from :data:`specrl.seeds.HELD_OUT_SEED`), the policies in
     ABBA order (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed
     (the table) would meet the machine every round after the others."""
-    max_batch: int = 128
+    max_batch: int = 32
     """Largest batch: of the profile's grid (when measured), training, the comparisons and
     the live trace's peak concurrency."""
     n_requests: int | None = None
     """Requests per surrogate trace (training and comparisons); None: each preset's own."""
     measure: bool = False
     """Measure a profile even if a matching one exists."""
+    profile_reps: int = 2
+    """Rounds of a profile the demo measures (``specrl profile --reps``, 5 by default)."""
     wandb: str = "offline"
     threads: int | None = None
     """torch threads; None: the profile's (step times hold at the count they were measured
@@ -141,8 +143,8 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     torch.set_num_threads(options.threads or 1)
     source = _acceptance_source(fp)
     _say(
-        "  measuring a profile of this machine (the full grid at 3 repetitions per cell, "
-        "one torch thread; `specrl profile --out P.json` takes 5)"
+        f"  measuring a profile of this machine (the full grid at {options.profile_reps} "
+        "repetitions per cell, one torch thread; `specrl profile --out P.json` takes 5)"
         + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
     profile = measure_profile(
@@ -150,7 +152,7 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
         k_max=4,
         batch_sizes=demo_batch_sizes(options.max_batch),
         contexts=list(DEMO_CONTEXTS),
-        reps=3,
+        reps=options.profile_reps,
         device=options.device,
         preset=options.preset,
         acceptance_from=source,
@@ -281,7 +283,7 @@ def run_demo(options: DemoOptions) -> DemoResult:
         exported = _export(train_dir, run_dir, options, artifacts)
         laps.lap("export")
 
-        _step(5, "compare: every policy in the surrogate; off, best static, engineer, table live")
+        _step(5, "compare: every policy in the surrogate; off, the engineer and the table live")
         reports = _compare(pair, profile, exported, options)
         laps.lap("compare")
 
@@ -372,8 +374,9 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
 
 
 def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
-    """Every policy in the surrogate on the held-out seeds of each workload, then off, the best
-    static K, the engineer, goodput and the table live: the reports, the live one last."""
+    """Every policy in the surrogate on the held-out seeds of each workload, then off, the
+    engineer and the table live: the reports, the live one last. The other baselines run in
+    the surrogate only: live, each would add a minute to the demo."""
     from specrl.envs import LiveSpecEnv
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policy
@@ -390,8 +393,6 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         progress=options.progress,
     )
     mixed = reports[-1]
-    best = best_static(mixed.results)
-    best_spec = "off" if best.policy == "off" else f"fixed:{best.policy.removeprefix('K=')}"
     live_env = LiveSpecEnv(
         pair=pair,
         device=options.device,
@@ -401,8 +402,8 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         profile=profile,
         check_profile=False,  # checked above, once
     )
-    engineer = mixed.engineer.policy if mixed.engineer else best_spec
-    specs = list(dict.fromkeys(["off", best_spec, engineer, "goodput", lookup]))
+    engineer = mixed.engineer.policy if mixed.engineer else _best_static_spec(mixed)
+    specs = list(dict.fromkeys(["off", engineer, lookup]))
     if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
         _say(note)
     live = compare_policies(
@@ -416,6 +417,12 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         warmup_steps=LIVE_WARMUP_STEPS,
     )
     return [*reports, live]
+
+
+def _best_static_spec(report) -> str:
+    """The policy spec of ``report``'s best static K (``off`` or ``fixed:K``)."""
+    best = best_static(report.results)
+    return "off" if best.policy == "off" else f"fixed:{best.policy.removeprefix('K=')}"
 
 
 def _report(reports, exported, run_dir, train_dir, profile_path, options, artifacts) -> list:

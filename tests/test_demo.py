@@ -90,7 +90,9 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     assert summary["artifacts"]["wandb runs"] == str(run / "wandb")
 
     live = [r["policy"] for r in results["live-mixed"]]
-    assert live[0] == "off" and live[-2:] == ["goodput", "lookup:table.json"]
+    # Live: off, the engineer and the table (the other baselines run in the surrogate only).
+    assert live == ["off", live[1], "lookup:table.json"]
+    assert live[1] in ("threshold:tuned", "sweep")
     surrogate = printed.index("surrogate, workload mixed, 1 held-out episodes:\n| policy |")
     at_live = printed.index("live on this machine, 2 held-out mixed traces of 4 requests:\n")
     live_printed = printed[at_live : printed.index(f"wrote {run}/:")]
@@ -100,12 +102,9 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     for row in results["surrogate-mixed"]:
         assert f"\n| {row['policy']} | " in printed[surrogate:at_live]
     assert "best static policy, among off, K=1, K=2, K=3, K=4: " in printed[surrogate:at_live]
-    # Live: off, the surrogate's best static K unless that is off, the engineer, goodput and
-    # the table; a best static policy is named only where a K ran beside off.
-    assert live[-3] in ("threshold:tuned", "sweep")
     assert "the engineer: " in printed[surrogate:at_live]
-    ran_k = any(name.startswith("K=") for name in live)
-    assert ("best static policy, among off, K=" in live_printed) == ran_k
+    # No K ran live beside off, so the live table names no best static policy.
+    assert "best static policy" not in live_printed
     for fmt in exports:  # each written schedule was searched and compared
         chosen = json.loads((run / fmt).read_text())["specrl"]["chosen_by"]
         assert chosen["method"] == "search" and chosen["score"] >= max(chosen["starts"].values())
@@ -137,7 +136,7 @@ def test_demo_measures_its_profile_and_writes_every_artifact(demos):
         assert {"threshold:tuned", "sweep", "schedule:table-vllm"} <= set(names)
     live = json.loads((run / "compare-live-mixed.json").read_text())
     names = [r["policy"] for r in live["results"]]
-    assert names[0] == "off" and "goodput" in names and names[-1] == "lookup:table.json"
+    assert names == ["off", names[1], "lookup:table.json"]
     assert all(r["tokens_per_s"] > 0 for r in live["results"])
     for png in ("buckets-live", "buckets-surrogate-mixed", "table", "training", "k-over-time-ramp"):
         assert (run / f"{png}.png").read_bytes()[:4] == b"\x89PNG"

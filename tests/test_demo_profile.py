@@ -74,7 +74,7 @@ def test_a_demo_on_a_new_machine_measures_the_demo_grid(micro_pair, tmp_path, mo
     assert (asked["batch_sizes"], asked["contexts"], asked["reps"], asked["k_max"]) == (
         [1, 2, 4, 8, 16, 32, 64],
         [16, 128, 256],
-        3,
+        DemoOptions().profile_reps,
         4,
     )
     assert asked["progress"] is False  # `specrl demo --no-progress` hides its bar too
@@ -132,14 +132,16 @@ def test_a_profile_whose_grid_stops_below_max_batch_is_measured_again(
     )
 
 
-def test_the_command_line_passes_max_batch_to_the_demo(monkeypatch):
+def test_the_command_line_passes_max_batch_and_profile_reps_to_the_demo(monkeypatch):
     import specrl.demo
     from specrl.cli import main
 
     seen = []
     monkeypatch.setattr(specrl.demo, "run_demo", seen.append)
-    assert main(["demo", "--max-batch", "64", "--no-progress"]) == 0
-    assert seen[0].max_batch == 64 and seen[0].progress is False
+    assert main(["demo", "--max-batch", "64", "--profile-reps", "5", "--no-progress"]) == 0
+    assert (seen[0].max_batch, seen[0].profile_reps, seen[0].progress) == (64, 5, False)
     seen.clear()
     assert main(["demo"]) == 0
-    assert seen[0].max_batch == DemoOptions().max_batch == 128
+    defaults = DemoOptions()
+    assert (seen[0].max_batch, seen[0].profile_reps) == (defaults.max_batch, defaults.profile_reps)
+    assert (defaults.max_batch, defaults.profile_reps, defaults.timesteps) == (32, 2, 25_000)

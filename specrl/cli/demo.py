@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--timesteps",
         type=positive_int,
         default=defaults.timesteps,
-        help="PPO env steps (50,000)",
+        help=f"PPO env steps ({defaults.timesteps:,})",
     )
     parser.add_argument(
         "--surrogate-episodes",
@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--live-requests",
         type=N_REQUESTS,
         default=defaults.live_requests,
-        help="requests in the live held-out trace (64)",
+        help=f"requests in the live held-out trace ({defaults.live_requests})",
     )
     parser.add_argument(
         "--live-episodes",
@@ -58,9 +58,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=BATCH,
         default=defaults.max_batch,
         help="largest batch: of a measured profile's grid, training, the comparisons and the "
-        "live trace's peak (128); a profile whose grid stops below it is measured again",
+        f"live trace's peak ({defaults.max_batch}); a profile whose grid stops below it is "
+        "measured again",
     )
     parser.add_argument("--measure", action="store_true", help="measure a new profile")
+    parser.add_argument(
+        "--profile-reps",
+        type=positive_int,
+        default=defaults.profile_reps,
+        help=f"rounds of a profile the demo measures ({defaults.profile_reps}; "
+        "`specrl profile` takes 5)",
+    )
     parser.add_argument("--wandb", choices=WANDB_MODES, default=defaults.wandb)
     parser.add_argument(
         "--threads",
@@ -89,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             live_episodes=args.live_episodes,
             max_batch=args.max_batch,
             measure=args.measure,
+            profile_reps=args.profile_reps,
             wandb=args.wandb,
             threads=args.threads,
             device=args.device,
