@@ -143,8 +143,9 @@ def _choose_profile(pair, options: DemoOptions, cache: Path):
     torch.set_num_threads(options.threads or 1)
     source = _acceptance_source(fp)
     _say(
-        f"  measuring a profile of this machine (the full grid at {options.profile_reps} "
-        "repetitions per cell, one torch thread; `specrl profile --out P.json` takes 5)"
+        f"  measuring a profile of this machine (the grid up to batch {options.max_batch}, "
+        f"{options.profile_reps} rounds, one torch thread; `specrl profile --out P.json` "
+        "takes 5 rounds)"
         + (f"; acceptance from {default_profile_path()}, the same weights" if source else "")
     )
     profile = measure_profile(
@@ -376,7 +377,7 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
 def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
     """Every policy in the surrogate on the held-out seeds of each workload, then off, the
     engineer and the table live: the reports, the live one last. The other baselines run in
-    the surrogate only: live, each would add a minute to the demo."""
+    the surrogate only: live, each would cost two more traces of the demo's time."""
     from specrl.envs import LiveSpecEnv
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policy
