@@ -102,7 +102,9 @@ def _step(n: int, text: str) -> None:
 def demo_batch_sizes(max_batch: int) -> list[int]:
     """The batch sizes a demo's own profile times: ``specrl profile``'s grid below
     ``max_batch``, then ``max_batch`` itself, so that the grid reaches every batch served."""
-    return [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < max_batch] + [max_batch]
+    from specrl.profile.measure import BATCH_SIZES
+
+    return [b for b in BATCH_SIZES if b < max_batch] + [max_batch]
 
 
 def cached_profile_path(fingerprint: dict, cache: Path) -> Path:

@@ -70,6 +70,8 @@ from specrl.workload.user_prompts import (
     tokenize_prompts,
 )
 
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+"""The batch sizes a profile times by default (``specrl profile --batch-sizes``)."""
 ACCEPTANCE_FIELDS = (
     "acceptance",
     "acceptance_by_output",
@@ -84,7 +86,7 @@ def measure_profile(
     pair,
     *,
     k_max: int = 4,
-    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
+    batch_sizes: Sequence[int] = BATCH_SIZES,
     contexts: Sequence[int] = (16, 128, 256),
     reps: int = 5,
     streams: dict[str, list[int]] | None = None,
