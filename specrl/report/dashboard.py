@@ -39,6 +39,8 @@ from specrl.options import WANDB_MODES
 from specrl.report.plots import plot_buckets
 from specrl.results import PolicyResult
 
+_NO_SYSTEM = {"x_disable_meta": True, "x_disable_machine_info": True, "disable_git": True}
+"""wandb settings that leave a run's machine and git metadata out."""
 REFERENCES = ("off", "best_static", "oracle")
 """The policies each run's tokens/s is divided by: ``ratio/<reference>``."""
 
@@ -237,8 +239,6 @@ def _init(project, group, name, job_type, out_dir: Path, mode: str, config: dict
     once, in its summary run; it halves the time a run takes to start."""
     import wandb
 
-    skip = {} if system else {"x_disable_meta": True, "x_disable_machine_info": True}
-
     return init_wandb(
         project=project,
         group=group,
@@ -249,7 +249,7 @@ def _init(project, group, name, job_type, out_dir: Path, mode: str, config: dict
         config=config,
         reinit="create_new",
         settings=wandb.Settings(
-            console="off", x_disable_stats=True, silent=True, disable_git=not system, **skip
+            console="off", x_disable_stats=True, silent=True, **({} if system else _NO_SYSTEM)
         ),
     )
 
