@@ -37,8 +37,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if not err.name or err.name.split(".")[0] == "specrl":
+                raise
+            _add_unavailable(sub, name, err.name)
+        else:
+            module.add_parser(sub)
     return parser
+
+
+def _add_unavailable(sub: argparse._SubParsersAction, module: str, missing: str) -> None:
+    """A command whose module needs a package this Python lacks: listed, and an error that
+    names the package when run, so that the other commands still work (a GPU image with
+    torch and transformers but not every dependency runs ``specrl profile``)."""
+    command = module.rsplit(".", 1)[1].replace("_", "-")
+    parser = sub.add_parser(
+        command, help=f"(unavailable here: needs {missing})", add_help=False, prefix_chars="\x01"
+    )
+    parser.add_argument("args", nargs="*")  # no prefix chars: every word lands here
+
+    def run(args: argparse.Namespace) -> None:
+        raise SpecrlError(
+            f"`specrl {command}` needs the package {missing!r}, which this Python cannot "
+            "import; install specrl with its dependencies (`pip install -e .`) or that package"
+        )
+
+    parser.set_defaults(func=run)
 
 
 @contextlib.contextmanager
