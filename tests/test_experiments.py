@@ -109,6 +109,7 @@ def test_compare_script_writes_each_workloads_comparison(tmp_path):
     assert len(list((out / "wandb").glob("offline-run-*"))) == 2 * 3  # 2 policies + summary
 
 
+@pytest.mark.slow  # about 30 s: four training runs
 def test_seeds_script_reports_the_mean_and_std_of_every_ratio(tmp_path, capsys):
     seeds = load("seeds")
     out = tmp_path / "seeds"

@@ -283,6 +283,7 @@ def test_a_trial_that_raises_is_failed_in_the_summary_and_the_others_finish(
     assert (other / METRICS_FILE).is_file()
 
 
+@pytest.mark.slow  # about 1 minute; a stopped trial's resume is in the default suite below
 def test_a_sweep_killed_with_sigkill_resumes_without_retraining_finished_trials(
     finished, profile_path, tmp_path
 ):

@@ -103,6 +103,7 @@ def test_jobs_not_finished_in_time_are_cancelled_and_named(two_kinds, tmp_path):
         profile_fleet(jobs, tmp_path, timeout_s=0.01)
 
 
+@pytest.mark.slow  # about 30 s: a profile per kind, then a sweep on each
 def test_a_sweep_measures_its_fleet_profiles_then_trains_a_table_on_each(two_kinds, tmp_path):
     """Each accelerator kind profiles itself, the profile comes back to the driver naming the
     machine that measured it, and a table is trained on each."""
