@@ -130,6 +130,7 @@ def test_a_surrogate_comparison_on_the_pool_reads_as_in_one_process(monkeypatch)
     assert [r["policy"] for r in alone][-2:] == ["oracle", "unpicklable"]
 
 
+@pytest.mark.slow  # about 18 s; the pool's agreement with one process is tested above
 def test_bench_episodes_prints_both_ratios_and_that_the_results_agree(tmp_path, capsys):
     import re
 

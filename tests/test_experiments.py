@@ -271,6 +271,7 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
         assert (out / "profiles" / f"{preset}.json").is_file()
 
 
+@pytest.mark.slow  # about 11 s: a training run, then every export searched
 def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path):
     from specrl.profile.synthetic import linear_profile
     from specrl.train import train
