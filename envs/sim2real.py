@@ -38,6 +38,9 @@ class Comparison:
     """Surrogate tokens/s on the profile scaled to the speed measured between the live
     episodes (:func:`specrl.profile.freshness.speed_matched`); NaN when not measured."""
     matched_decode_s: float = math.nan
+    matched_prefill_s: float = math.nan
+    """Prefill seconds per episode on the speed-matched profile, whose prefill is scaled by
+    the checked admissions (:func:`specrl.profile.freshness.prefill_ratio`)."""
 
     @property
     def ratio(self) -> float:
@@ -82,6 +85,11 @@ class Comparison:
         """Surrogate prefill seconds over live."""
         return _over(self.surrogate_prefill_s, self.live_prefill_s)
 
+    @property
+    def matched_prefill_ratio(self) -> float:
+        """Speed-matched surrogate prefill seconds over live."""
+        return _over(self.matched_prefill_s, self.live_prefill_s)
+
     def to_json(self) -> dict:
         return {
             **asdict(self),
@@ -89,6 +97,7 @@ class Comparison:
             "decode_ratio": self.decode_ratio,
             "prefill_ratio": self.prefill_ratio,
             "matched_ratio": self.matched_ratio,
+            "matched_prefill_ratio": self.matched_prefill_ratio,
         }
 
 
@@ -194,6 +203,7 @@ def compare_runs(
             extra = {
                 "matched_tokens_per_s": _aggregate(fast),
                 "matched_decode_s": _mean_part(fast, decode=True),
+                "matched_prefill_s": _mean_part(fast, decode=False),
             }
         rows.append(
             Comparison(
@@ -244,11 +254,20 @@ def format_comparison(rows: list[Comparison]) -> str:
         "| policy | live tokens/s | surrogate tokens/s | surrogate / live "
         "| decode s, surrogate / live | prefill s, surrogate / live "
         "| acceptance obs live (mean ± std) | surrogate |"
-        + (" speed-matched tokens/s | speed-matched / live |" if matched else ""),
-        "|---|---|---|---|---|---|---|---|" + ("---|---|" if matched else ""),
+        + (
+            " speed-matched tokens/s | speed-matched / live | speed-matched prefill / live |"
+            if matched
+            else ""
+        ),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if matched else ""),
     ]
     for r in rows:
-        tail = f" {r.matched_tokens_per_s:.0f} | {r.matched_ratio:.2f} |" if matched else ""
+        tail = (
+            f" {r.matched_tokens_per_s:.0f} | {r.matched_ratio:.2f} | "
+            f"{r.matched_prefill_ratio:.2f} |"
+            if matched
+            else ""
+        )
         lines.append(
             f"| {r.policy} | {r.live_tokens_per_s:.0f} | {r.surrogate_tokens_per_s:.0f} | "
             f"{r.ratio:.2f} | {r.surrogate_decode_s:.2f} / {r.live_decode_s:.2f} "

@@ -124,7 +124,7 @@ def test_speed_checks_bracket_each_round_and_match_the_surrogate(micro_pair):
     runs the same policy objects on the rescaled profile: at ratio 1 it reads exactly the
     plain surrogate, at ratio 2 (every step twice as slow) fewer tokens/s."""
     from specrl.envs.sim2real import LiveRuns, compare_runs
-    from specrl.profile.freshness import CellCheck, FreshnessReport, speed_matched
+    from specrl.profile.freshness import CellCheck, FreshnessReport, PrefillCheck, speed_matched
 
     profile, trace, common, live, surrogate = _ramp_envs(micro_pair, n_requests=4, new_tokens=5)
     policies = [FixedK(0), FixedK(2)]
@@ -133,24 +133,31 @@ def test_speed_checks_bracket_each_round_and_match_the_surrogate(micro_pair):
     results = runs.run_all(on_episode=events.append, before_round=lambda: events.append("check"))
     assert events == ["check", "off", "K=2", "check", "K=2", "off"]  # ABBA
 
-    def at(ratio):
+    def at(ratio, prefill=None):
         cells = [CellCheck(b, k, 1.0, ratio) for b in (1, 8) for k in (0, 2)]
-        return SurrogateSpecEnv(profile=speed_matched(profile, [FreshnessReport(cells)]), **common)
+        admissions = [] if prefill is None else [PrefillCheck(8, 1.0, prefill)]
+        fast = speed_matched(profile, [FreshnessReport(cells, admissions)])
+        return SurrogateSpecEnv(profile=fast, **common)
 
-    same = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(1.0))
+    same = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(1.0, 1.0))
     slow = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(2.0))
+    long = compare_runs(results, surrogate, policies, surrogate_seeds=2, matched=at(1.0, 2.0))
     plain = compare_runs(results, surrogate, policies, surrogate_seeds=2)
-    for s, w, p in zip(same, slow, plain, strict=True):
+    for s, w, g, p in zip(same, slow, long, plain, strict=True):
         assert s.matched_tokens_per_s == s.surrogate_tokens_per_s
         assert s.matched_ratio == s.ratio
         assert s.matched_decode_s == s.surrogate_decode_s
+        assert s.matched_prefill_s == s.surrogate_prefill_s
         assert w.matched_tokens_per_s < 0.8 * w.surrogate_tokens_per_s
         assert w.matched_decode_s > 1.5 * w.surrogate_decode_s
+        assert g.matched_prefill_s > 1.5 * g.surrogate_prefill_s  # the admissions' ratio
         assert p.to_json()["matched_ratio"] != p.to_json()["matched_ratio"]  # NaN: not measured
     lines = format_comparison(slow).splitlines()
-    assert lines[0].endswith("| speed-matched tokens/s | speed-matched / live |")
+    head = "| speed-matched tokens/s | speed-matched / live | speed-matched prefill / live |"
+    assert lines[0].endswith(head)
     assert lines[2].endswith(
-        f"| {slow[0].matched_tokens_per_s:.0f} | {slow[0].matched_ratio:.2f} |"
+        f"| {slow[0].matched_tokens_per_s:.0f} | {slow[0].matched_ratio:.2f} | "
+        f"{slow[0].matched_prefill_ratio:.2f} |"
     )
     assert "speed-matched" not in format_comparison(plain)
 

@@ -483,6 +483,7 @@ def test_speed_matched_scales_step_times_by_the_checked_ratios():
     assert out.acceptance == before.acceptance
     assert profile.to_json() == before.to_json()
     assert out.meta["speed_matched"]["checks"] == 3
+    assert out.meta["speed_matched"]["prefill_ratio"] is None
     assert [1, 0, 1.2] in [[b, k, round(r, 9)] for b, k, r in out.meta["speed_matched"]["ratios"]]
     assert not math.isclose(out.step_seconds(0, 0, 0), before.step_seconds(0, 0, 0))
     # A check without the K=k_max cell cannot say how the speculating steps moved.
@@ -490,6 +491,38 @@ def test_speed_matched_scales_step_times_by_the_checked_ratios():
         speed_matched(profile, [FreshnessReport([CellCheck(1, 0, 1.0, 1.1)])])
     with pytest.raises(SpecrlError, match="no freshness checks"):
         speed_ratios([])
+
+
+def test_speed_matched_scales_prefill_by_the_median_of_the_checked_admissions():
+    """The admissions the checks timed (one per cell) set the prefill table's scale, their
+    median over every check; the draft's catch-up, not timed apart, stays as measured."""
+    from specrl.profile.freshness import (
+        CellCheck,
+        FreshnessReport,
+        PrefillCheck,
+        prefill_ratio,
+        profile_prefill_s,
+        speed_matched,
+    )
+    from specrl.profile.synthetic import linear_profile
+
+    profile = linear_profile()
+    cells = [CellCheck(b, k, 1.0, 1.0) for b in (1, 8) for k in (0, 4)]
+    tokens = profile.prefill["tokens"][1]
+    at = profile_prefill_s(profile, tokens)
+    assert at == pytest.approx(profile.prefill["seconds"][1])  # on a point: the point
+    reports = [
+        FreshnessReport(cells, [PrefillCheck(tokens, at, r * at), PrefillCheck(16, 1.0, s)])
+        for r, s in ((0.8, 0.9), (0.7, 1.3), (0.85, 0.75))
+    ]
+    assert prefill_ratio(reports) == pytest.approx(0.825)  # median of the six
+    out = speed_matched(profile, reports)
+    assert out.prefill["tokens"] == profile.prefill["tokens"]
+    assert out.prefill["seconds"] == pytest.approx([0.825 * t for t in profile.prefill["seconds"]])
+    assert out.catchup == profile.catchup
+    assert out.meta["speed_matched"]["prefill_ratio"] == pytest.approx(0.825)
+    assert out.step_seconds(0, 0, 0) == pytest.approx(profile.step_seconds(0, 0, 0))
+    assert prefill_ratio([FreshnessReport(cells)]) is None
 
 
 def test_cost_points_are_medians_made_non_decreasing():
@@ -655,6 +688,10 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
     assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8) for k in range(3)]
     assert all(c.ratio == 1.0 for c in report.cells) and report.fresh
     assert report.first_pass is None  # fresh at once: timed once
+    # Each cell's admission, the sample the profile's prefill point at rows x prompt came from.
+    admissions = [(b * 8, timed[0].cells[b, 8][0]["prefill"]) for b in (1, 8)]
+    assert [(c.tokens, c.measured_s) for c in report.prefill] == admissions
+    assert all(c.profile_s > 0 for c in report.prefill)
 
     # A pass that reads stale is timed again, and the second pass decides.
     def slowed(key, factor):

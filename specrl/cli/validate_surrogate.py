@@ -272,6 +272,7 @@ def _run_trace(args: argparse.Namespace, profile, pair, specs, setup, bar, speed
         tqdm.write(
             f"speed now / profile, median of {len(checks)} checks between the rounds: "
             + ", ".join(f"B={b} K={k} {r:.2f}" for b, k, r in speed[-1]["ratios"])
+            + _prefill_speed(speed[-1]["prefill_ratio"])
         )
     tqdm.write(format_comparison(rows))
     return rows
@@ -321,3 +322,8 @@ def _in_band(rows, ratio: str, what: str) -> str:
             f"{r.trace}/{r.policy} {getattr(r, ratio):.2f}" for r in out
         )
     return line
+
+
+def _prefill_speed(ratio: float | None) -> str:
+    """The speed line's prefill part: the checked admissions' median now / profile."""
+    return "" if ratio is None else f"; prefill (the checked cells' admissions) {ratio:.2f}"

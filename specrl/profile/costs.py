@@ -24,10 +24,19 @@ def interp_linear(x: np.ndarray, xp, fp) -> np.ndarray:
 
 def _points_table(points: dict, n: int) -> list[float]:
     """Seconds for 0..n-1 padded tokens, from measured points (0 tokens cost nothing)."""
+    return interp_linear(np.arange(n, dtype=np.float64), *_points(points)).tolist()
+
+
+def points_seconds(points: dict, tokens: float) -> float:
+    """Seconds for ``tokens`` padded tokens, as :func:`_points_table` reads ``points``."""
+    return float(interp_linear(np.array([float(tokens)]), *_points(points))[0])
+
+
+def _points(points: dict) -> tuple[np.ndarray, np.ndarray]:
     xp = np.concatenate(([0.0], points["tokens"]))
     fp = np.concatenate(([0.0], points["seconds"]))
     keep = np.concatenate(([True], np.diff(xp) > 0))
-    return interp_linear(np.arange(n, dtype=np.float64), xp[keep], fp[keep]).tolist()
+    return xp[keep], fp[keep]
 
 
 class StepCosts:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.profile.costs import interp_linear
+from specrl.profile.costs import interp_linear, points_seconds
 from specrl.profile.timing import cell_statistics, clean_steps, time_cells
 from specrl.workload.prompts import token_streams
 
@@ -103,8 +103,25 @@ class CellCheck:
 
 
 @dataclass
+class PrefillCheck:
+    """One timed cell's admission (its first step): the prefill of ``tokens`` padded prompt
+    tokens (rows x prompt length), beside the profile's prefill table there. It does not
+    decide freshness (one sample a cell); :func:`speed_matched` reads its ratio."""
+
+    tokens: int
+    profile_s: float
+    measured_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.profile_s
+
+
+@dataclass
 class FreshnessReport:
     cells: list[CellCheck] = field(default_factory=list)
+    prefill: list[PrefillCheck] = field(default_factory=list)
+    """Each timed cell's admission against the profile's prefill table."""
     seconds: float = 0.0
     """Wall time the check took (both passes, where it took two)."""
     first_pass: FreshnessReport | None = None
@@ -228,7 +245,11 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
     report = FreshnessReport()
     for b in batches:
         bi = grid.index(b)
-        decode = cells[b, context][1:]
+        admission, decode = cells[b, context][0], cells[b, context][1:]
+        tokens = b * context  # as the profile keys a cell's admission (tables.tabulate)
+        report.prefill.append(
+            PrefillCheck(tokens, profile_prefill_s(profile, tokens), admission["prefill"])
+        )
         medians, _ = cell_statistics(decode, profile.k_max)
         for k in ks:
             at = float(np.mean([s["context"] for s in clean_steps(decode, k)]))
@@ -239,6 +260,19 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
                 expected, tolerance = profile_step_s(profile, bi, k, at), TOLERANCE
             report.cells.append(CellCheck(b, k, expected, medians[k], at, tolerance))
     return report
+
+
+def profile_prefill_s(profile, tokens: int) -> float:
+    """The profile's prefill seconds at ``tokens`` padded tokens, as the surrogate reads its
+    table (:func:`specrl.profile.costs.points_seconds`)."""
+    return points_seconds(profile.prefill, tokens)
+
+
+def prefill_ratio(reports: list[FreshnessReport]) -> float | None:
+    """Median measured / profile prefill seconds over every admission ``reports`` timed
+    (None where they timed none)."""
+    ratios = [c.ratio for report in reports for c in report.prefill if c.profile_s > 0]
+    return float(np.median(ratios)) if ratios else None
 
 
 def speed_ratios(reports: list[FreshnessReport]) -> dict[tuple[int, int], float]:
@@ -257,8 +291,9 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     """``profile`` with its step times (verify, draft, the rest) scaled to the speed that
     ``reports`` measured: each checked cell's median ratio (:func:`speed_ratios`), linear in
     log batch size between the checked sizes (held flat past them); a K the checks did not
-    time takes the line between K=0 and K=k_max. Prefill and catch-up, which the check does
-    not time, stay as measured.
+    time takes the line between K=0 and K=k_max. The prefill table is scaled by the median
+    ratio of the checked cells' admissions (:func:`prefill_ratio`) where the checks timed
+    any; the draft's catch-up, which the check does not time apart, stays as measured.
 
     Why: on a shared machine the same cells drift between profiles an hour apart, the
     memory-bound K=0 step more than the K>0 steps (docs/profile.md: by how much), so a live run
@@ -288,11 +323,15 @@ def speed_matched(profile, reports: list[FreshnessReport]):
             out.draft_s[bi][k] = [t * r for t in out.draft_s[bi][k]]
             out.overhead_s[bi][k] *= r
             out.tokens_per_s[bi][k] /= r
+    prefill = prefill_ratio(reports)
+    if prefill is not None:
+        out.prefill = {**out.prefill, "seconds": [t * prefill for t in out.prefill["seconds"]]}
     out.meta = {
         **out.meta,
         "speed_matched": {
             "checks": len(reports),
             "ratios": [[b, k, r] for (b, k), r in ratios.items()],
+            "prefill_ratio": prefill,
         },
     }
     return out
