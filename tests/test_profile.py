@@ -692,6 +692,9 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
     admissions = [(b * 8, timed[0].cells[b, 8][0]["prefill"]) for b in (1, 8)]
     assert [(c.tokens, c.measured_s) for c in report.prefill] == admissions
     assert all(c.profile_s > 0 for c in report.prefill)
+    shown = report.format().splitlines()[-1]
+    assert shown.startswith("prefill, each cell's admission now / profile")
+    assert shown.endswith(f"64 tokens {report.prefill[1].ratio:.2f}")
 
     # A pass that reads stale is timed again, and the second pass decides.
     def slowed(key, factor):

@@ -147,6 +147,11 @@ class FreshnessReport:
                 f"| {c.batch} | {c.k} | {c.context:.0f} | {c.profile_s * 1e3:.2f} | "
                 f"{c.measured_s * 1e3:.2f} | {c.ratio:.2f} | {c.tolerance:.0%} |"
             )
+        if self.prefill:
+            lines.append(
+                "prefill, each cell's admission now / profile (not part of the verdict): "
+                + ", ".join(f"{c.tokens} tokens {c.ratio:.2f}" for c in self.prefill)
+            )
         return "\n".join(lines)
 
     def summary(self) -> str:
