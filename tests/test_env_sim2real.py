@@ -69,6 +69,39 @@ def test_compare_runs_each_policy_live_and_simulated(micro_pair):
     assert f"| {k2.live_acceptance_mean:.3f} ± {k2.live_acceptance_std:.3f} | " in table[3]
 
 
+def test_acceptance_statistics_weight_each_step_by_its_rows():
+    """A step counts as many times as it served rows: a drained episode's last request, alone
+    for many steps, weighs one row, not a step's worth of the whole batch."""
+    import numpy as np
+
+    from specrl.envs.rollout import EpisodeResult
+    from specrl.envs.sim2real import compare_runs
+
+    def result(acceptance, batch):
+        return EpisodeResult(
+            tokens=10,
+            seconds=1.0,
+            steps=len(batch),
+            episode_return=0.0,
+            mean_step_tokens_per_s=10.0,
+            step_batch=batch,
+            step_acceptance=acceptance,
+        )
+
+    # 6 rows at 0.8 for one step, then one row at 0.2 for two steps: by rows the mean is
+    # (6 * 0.8 + 2 * 0.2) / 8 = 0.65, where by steps it would read 0.4.
+    live = {"K=2": [result([0.8, 0.2, 0.2], [6, 1, 1])]}
+    env = SurrogateSpecEnv(
+        profile=linear_profile(k_max=2),
+        workload=preset_trace("steady-8", seed=0, n_requests=4, peak=2),
+        k_max=2,
+        max_batch=2,
+    )
+    (row,) = compare_runs(live, env, [FixedK(2)], surrogate_seeds=1)
+    assert row.live_acceptance_mean == pytest.approx(0.65)
+    assert row.live_acceptance_std == pytest.approx(np.sqrt((6 * 0.15**2 + 2 * 0.45**2) / 8))
+
+
 def test_acceptance_gap_and_observed():
     """The gap is the larger of the mean and std gaps; a row is observed when either side
     has a nonzero figure, so a surrogate that saw acceptance where live saw none still
@@ -223,7 +256,7 @@ def test_live_runs_keep_alternating_across_traces(micro_pair):
 def test_compare_runs_pools_every_trace_draw():
     """Given one surrogate env per trace draw, each row pools surrogate_seeds episodes of
     every draw: its tokens/s is sum(tokens) / sum(seconds) over all of them, and its
-    acceptance statistics are those of every step of every episode."""
+    acceptance statistics are those of every step of every episode, weighted by rows."""
     import numpy as np
 
     from specrl.envs.rollout import run_episode
@@ -248,8 +281,13 @@ def test_compare_runs_pools_every_trace_draw():
         sum(r.tokens for r in sims) / sum(r.seconds for r in sims)
     )
     steps = np.concatenate([r.step_acceptance for r in sims])
-    assert row.surrogate_acceptance_mean == pytest.approx(steps.mean())
-    assert row.surrogate_acceptance_std == pytest.approx(steps.std())
+    rows = np.concatenate([r.step_batch for r in sims])
+    assert rows.min() >= 1 and rows.max() > rows.min()
+    mean = (steps * rows).sum() / rows.sum()
+    assert row.surrogate_acceptance_mean == pytest.approx(mean)
+    assert row.surrogate_acceptance_std == pytest.approx(
+        np.sqrt(((steps - mean) ** 2 * rows).sum() / rows.sum())
+    )
     (one,) = compare_runs(live, envs[0], [policy], surrogate_seeds=2)
     assert one.surrogate_tokens_per_s != pytest.approx(row.surrogate_tokens_per_s)
 
