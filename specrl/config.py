@@ -43,7 +43,7 @@ from specrl.options import (
 )
 from specrl.policy_names import parse_policies
 from specrl.seeds import EVAL_SEED
-from specrl.workload import is_preset
+from specrl.workload import capped_workloads, is_preset
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.zip"
@@ -70,7 +70,10 @@ DEFAULT_WORKLOADS = (
     "steady-128",
 )
 """The training mix: one drawn per episode, uniformly. The steady workloads hold each batch
-size long enough to learn it; the day-shaped ones sweep batch sizes within an episode."""
+size long enough to learn it; the day-shaped ones sweep batch sizes within an episode. Below
+``max_batch`` 128 a steady workload above ``max_batch`` serves at ``max_batch`` and counts once
+(:func:`~specrl.workload.capped_workloads`): at 32 rows the mix is mixed, ramp, day, bursts,
+steady-1, steady-8 and steady-32."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
 RESUMABLE_CHANGES = ("total_timesteps", "wandb", "out", "checkpoint_every")
 """Fields a resumed run may change; any other difference from the checkpoint is refused."""
@@ -200,6 +203,8 @@ class TrainConfig:
         self._check_counts()
         self._check_paths()
         self._check_workloads()
+        for name in ("workloads", "eval_workloads"):
+            object.__setattr__(self, name, capped_workloads(getattr(self, name), self.max_batch))
         self._check_ppo()
         self._check_env()
         self._check_reward_and_warm_start()

@@ -92,6 +92,26 @@ def test_config_round_trips_through_json_and_rejects_unknown_fields(tmp_path):
         TrainConfig.from_json({**config.to_json(), "n_envs": "8"})
 
 
+def test_the_mix_counts_each_workload_once_at_the_rows_it_serves(tmp_path):
+    """A steady workload above max_batch serves at max_batch (the preset caps it), so two of
+    them are one workload: the uniform mix keeps one, named for the rows it serves, and so
+    does a config read back from a run written before."""
+    from specrl.workload import preset_trace
+
+    config = TrainConfig(out=str(tmp_path / "run"), max_batch=32)
+    assert config.workloads == (
+        "mixed", "ramp", "day", "bursts", "steady-1", "steady-8", "steady-32"
+    )  # fmt: skip
+    assert TrainConfig(out=str(tmp_path / "run")).workloads[-2:] == ("steady-64", "steady-128")
+    old = {**config.to_json(), "workloads": ["steady-64", "ramp", "steady-128", "steady-32"]}
+    assert TrainConfig.from_json(old).workloads == ("steady-32", "ramp")
+    small = TrainConfig(out=str(tmp_path / "r"), max_batch=4, eval_workloads=["steady-8", "day"])
+    assert small.eval_workloads == ("steady-4", "day")
+    for name in ("steady-64", "steady-128"):
+        capped = preset_trace(name, peak=32, seed=3)
+        assert capped.requests == preset_trace("steady-32", peak=32, seed=3).requests
+
+
 # ----------------------------------------------------------------------------- the env
 
 

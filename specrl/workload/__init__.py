@@ -10,6 +10,7 @@ from specrl.workload.driver import TraceDriver
 from specrl.workload.presets import (
     PRESETS,
     bursts,
+    capped_workloads,
     day_cycle,
     is_preset,
     make_trace,
@@ -40,6 +41,7 @@ __all__ = [
     "TraceDriver",
     "bursts",
     "day_cycle",
+    "capped_workloads",
     "is_preset",
     "load_trace",
     "make_trace",

@@ -242,6 +242,20 @@ def is_preset(name: str) -> bool:
     return name in PRESETS or (steady_n and int(name[len("steady-") :]) >= 1)
 
 
+def capped_workloads(names, peak: int) -> tuple[str, ...]:
+    """``names`` as they serve at ``peak`` rows: a ``steady-N`` above ``peak`` runs at
+    ``peak`` (as :func:`preset_trace` caps it), so it is named ``steady-<peak>``, and a name
+    that repeats an earlier one is dropped. A mix drawn uniformly over the result weighs each
+    distinct workload once: at 32 rows, ``steady-64`` and ``steady-128`` are one workload."""
+    out: list[str] = []
+    for name in names:
+        if isinstance(name, str) and name.startswith("steady-") and is_preset(name):
+            name = f"steady-{min(int(name[len('steady-') :]), peak)}"
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
 def _count(value) -> bool:
     """An integer >= 1 (numpy's included, bool not)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
