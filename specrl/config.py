@@ -70,8 +70,8 @@ DEFAULT_WORKLOADS = (
     "steady-128",
 )
 """The training mix: one drawn per episode, uniformly. The steady workloads hold each batch
-size long enough to learn it; the day-shaped ones sweep batch sizes within an episode. Below
-``max_batch`` 128 a steady workload above ``max_batch`` serves at ``max_batch`` and counts once
+size long enough to learn it; the day-shaped ones sweep batch sizes within an episode. A
+steady workload above ``max_batch`` serves at ``max_batch`` and counts once
 (:func:`~specrl.workload.capped_workloads`): at 32 rows the mix is mixed, ramp, day, bursts,
 steady-1, steady-8 and steady-32."""
 DEFAULT_EVAL_WORKLOADS = ("ramp", "day", "bursts")
