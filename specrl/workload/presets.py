@@ -237,9 +237,17 @@ the day cycle's load, with the domain and sampling mix shifting with the hour
 (:func:`mixed_day`); the others draw from fixed mixes."""
 
 
+def _steady_rows(name, peak: int | None = None) -> int | None:
+    """The rows a ``steady-N`` workload holds (N >= 1), capped at ``peak`` as every
+    closed-loop pattern is; None for any other name."""
+    digits = name[len("steady-") :] if isinstance(name, str) else ""
+    if not (digits.isdigit() and name.startswith("steady-") and int(digits) >= 1):
+        return None
+    return int(digits) if peak is None else min(int(digits), peak)
+
+
 def is_preset(name: str) -> bool:
-    steady_n = name.startswith("steady-") and name[len("steady-") :].isdigit()
-    return name in PRESETS or (steady_n and int(name[len("steady-") :]) >= 1)
+    return name in PRESETS or _steady_rows(name) is not None
 
 
 def capped_workloads(names, peak: int) -> tuple[str, ...]:
@@ -249,8 +257,8 @@ def capped_workloads(names, peak: int) -> tuple[str, ...]:
     distinct workload once: at 32 rows, ``steady-64`` and ``steady-128`` are one workload."""
     out: list[str] = []
     for name in names:
-        if isinstance(name, str) and name.startswith("steady-") and is_preset(name):
-            name = f"steady-{min(int(name[len('steady-') :]), peak)}"
+        if (rows := _steady_rows(name, peak)) is not None:
+            name = f"steady-{rows}"
         if name not in out:
             out.append(name)
     return tuple(out)
@@ -293,8 +301,7 @@ def preset_trace(
             f"workload {preset!r}: unknown argument(s) {', '.join(map(repr, unknown))}; "
             f"valid: n_requests, peak, {', '.join(TRACE_KWARGS)} and, for poisson, rate_per_s"
         )
-    if preset.startswith("steady-"):
-        batch = min(int(preset.split("-", 1)[1]), peak)
+    if (batch := _steady_rows(preset, peak)) is not None:
         n = n_requests or 4 * batch
         load = {"kind": "closed", "schedule": steady(batch)}
     elif preset == "ramp":
