@@ -265,6 +265,33 @@ class Scorer:
         """The geometric mean over envs of aggregate tokens/s: every workload counts alike."""
         return geometric_rate(self.play(dense))
 
+    def rates(self, dense: np.ndarray) -> list[float]:
+        """Per env, aggregate tokens/s over its seeds under ``dense``."""
+        return [_rate(runs) for runs in self.play(dense)]
+
+    def view(self, i: int) -> EnvScorer:
+        """The scorer of env ``i`` alone, sharing this one's episodes (nothing is replayed)."""
+        return EnvScorer(self, i)
+
+
+class EnvScorer:
+    """One env of a :class:`Scorer`: its schedules are played (and cached) by the parent on
+    every env, and scored on env ``i`` alone, so tuning the engineer per workload on a mix
+    costs no episode the mix's tuning has not played."""
+
+    def __init__(self, parent: Scorer, i: int):
+        self.parent, self.i = parent, i
+        self.envs, self.seeds = [parent.envs[i]], parent.seeds
+
+    def prefetch(self, denses) -> None:
+        self.parent.prefetch(denses)
+
+    def play(self, dense: np.ndarray) -> list:
+        return [self.parent.play(dense)[self.i]]
+
+    def score(self, dense: np.ndarray) -> float:
+        return geometric_rate(self.play(dense))
+
 
 def table_key(table) -> bytes:
     """A native table's identity in a :class:`Scorer`'s cache: the digest of its K cells,
@@ -278,8 +305,12 @@ def table_key(table) -> bytes:
 def geometric_rate(played: list) -> float:
     """The geometric mean over envs of each env's aggregate tokens/s over its episodes
     (``played``: per env, a list of :class:`~specrl.envs.EpisodeResult`)."""
-    rates = [sum(r.tokens for r in runs) / sum(r.seconds for r in runs) for runs in played]
-    return float(np.exp(np.mean(np.log(rates))))
+    return float(np.exp(np.mean(np.log([_rate(runs) for runs in played]))))
+
+
+def _rate(runs: list) -> float:
+    """Aggregate tokens/s over episodes: their tokens over their seconds."""
+    return sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
 
 
 def threshold_dense(k: int, batch: int, max_batch: int) -> np.ndarray:

@@ -7,9 +7,12 @@ import pytest
 from search_helpers import small_scorer
 
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.policies.engineer import tune_sweep, tune_threshold, workload_name
 from specrl.train.search import (
     MIN_RISE_WORTH,
+    WORST_WEIGHT,
     StackFormat,
+    VersusEngineer,
     best_schedule,
     engineer_starts,
     search_buckets,
@@ -139,3 +142,48 @@ def test_trtllm_warns_when_off_beats_every_schedule_it_can_express():
     vllm = StackFormat("vllm", k_max=2, max_batch=8)
     result = best_schedule(vllm, OffIsBest(), {"K=1": np.full(9, 1)})
     assert result.dense[1:].tolist() == [0] * 8  # vLLM can say off
+
+
+def test_the_score_is_over_each_workloads_own_engineer():
+    scorer = small_scorer()
+    engineer_starts(scorer, StackFormat("vllm", k_max=3, max_batch=16))  # the mix's tuning
+    played = scorer.episodes
+    objective = VersusEngineer(scorer, k_max=3, max_batch=16)
+    # Beyond the mix's tuning, only each workload's own sweep is new.
+    assert scorer.episodes - played <= len(scorer.envs) * len(scorer.envs) * len(scorer.seeds)
+    for i, env in enumerate(scorer.envs):
+        threshold = tune_threshold(env, seeds=scorer.seeds).tuning
+        sweep = tune_sweep(env, seeds=scorer.seeds).tuning
+        own = max(threshold, sweep, key=lambda t: t.tokens_per_s)
+        assert objective.references[i] == pytest.approx(own.tokens_per_s)
+        method, dense = objective.engineers[workload_name(env)]
+        assert method == own.method
+        assert objective.ratios(dense)[i] == pytest.approx(1.0)  # its own engineer: 1
+    dense = np.full(17, 1)
+    ratios = objective.ratios(dense)
+    rates = [
+        sum(r.tokens for r in runs) / sum(r.seconds for r in runs) for runs in scorer.play(dense)
+    ]
+    assert ratios == pytest.approx([r / ref for r, ref in zip(rates, objective.references)])
+    mean = float(np.exp(np.mean(np.log(ratios))))
+    assert objective.score(dense) == pytest.approx(
+        WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
+    )
+
+
+def test_the_search_judged_against_each_engineer_records_each_workloads_ratio():
+    scorer = small_scorer()
+    objective = VersusEngineer(scorer, k_max=3, max_batch=16)
+    fmt = StackFormat("vllm", k_max=3, max_batch=16)
+    starts = engineer_starts(scorer, fmt)
+    starts.update({f"{w}'s {m}": d for w, (m, d) in objective.engineers.items()})
+    result = best_schedule(fmt, objective, starts)
+    assert result.score == pytest.approx(objective.score(result.dense))
+    for _, dense in objective.engineers.values():  # never below a workload's own engineer
+        assert result.score >= objective.score(dense) - 1e-9
+    assert list(result.ratios) == ["ramp", "bursts"]
+    assert list(result.ratios.values()) == pytest.approx(objective.ratios(result.dense))
+    chosen = result.to_json()
+    assert chosen["objective"].startswith("over each workload's engineer")
+    assert set(chosen["engineers"].values()) <= {"threshold", "sweep"}
+    assert "over each workload's engineer: ramp " in result.describe()

@@ -68,11 +68,19 @@ MIN_RISE_WORTH = 0.005
 """A K rising with batch size must be worth this share of the score, or it is smoothed."""
 MAX_PASSES = 4
 """Local search passes at most (each tries every bucket once)."""
+WORST_WEIGHT = 0.5
+"""The worst workload's share of the score (:class:`VersusEngineer`); the geometric mean
+over the workloads has the rest."""
 MIN_MOVE_GAIN = 0.001
 """A move must raise the score by this share to be kept: two seeds per workload tell
 schedules apart only so finely, and a smaller gain is as likely the seeds' as the
 schedule's."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
+GEOMETRIC = "geometric mean over the workloads of aggregate tokens/s"
+RELATIVE = (
+    f"over each workload's engineer (tokens/s ratio): {WORST_WEIGHT} x the worst workload's "
+    f"+ {1 - WORST_WEIGHT} x the geometric mean"
+)
 _NO_PROVENANCE = {
     "profile_sha256": "",
     "profile_fingerprint": {},
@@ -184,11 +192,19 @@ class SearchResult:
     """Surrogate episodes played."""
     surrogate_s: float = 0.0
     wall_s: float = 0.0
+    objective: str = GEOMETRIC
+    ratios: dict[str, float] = field(default_factory=dict)
+    """Per workload, the result's tokens/s over that workload's engineer (with
+    :class:`VersusEngineer`; else empty)."""
+    engineers: dict[str, str] = field(default_factory=dict)
+    """Per workload, the engineer's method it is judged against (with :class:`VersusEngineer`)."""
 
     def to_json(self) -> dict:
         return {
             "method": "search",
-            "objective": "geometric mean over the workloads of aggregate tokens/s",
+            "objective": self.objective,
+            "ratios": self.ratios,
+            "engineers": self.engineers,
             "workloads": self.workloads,
             "seeds": self.seeds,
             "score": self.score,
@@ -205,11 +221,12 @@ class SearchResult:
 
     def describe(self) -> str:
         best_start = max(self.starts.values())
+        unit = "" if self.ratios else " tokens/s"
         lines = [
             f"{self.fmt}: searched from {self.start} ({self.moves} moves kept, "
-            f"{self.smoothed} rises smoothed): score {self.score:.1f} tokens/s, "
+            f"{self.smoothed} rises smoothed): score {self.score:.4g}{unit}, "
             f"{self.score / best_start:.4f}x the best start; starts: "
-            + ", ".join(f"{name} {s:.1f}" for name, s in self.starts.items()),
+            + ", ".join(f"{name} {s:.4g}" for name, s in self.starts.items()),
             f"  judged on seeds {self.seeds[0]}-{self.seeds[-1]} of "
             f"{', '.join(self.workloads)}: "
             + (
@@ -219,6 +236,11 @@ class SearchResult:
                 else "every schedule it tried was already played for an earlier format"
             ),
         ]
+        if self.ratios:
+            lines.append(
+                f"  score: {self.objective}; over each workload's engineer: "
+                + ", ".join(f"{w} {r:.4f} ({self.engineers[w]})" for w, r in self.ratios.items())
+            )
         if self.rises:
             lines.append(
                 f"  {len(self.rises)} rise(s) in K with batch size left: "
@@ -230,6 +252,59 @@ class SearchResult:
         else:
             lines.append("  K never rises with batch size")
         return "\n".join(lines)
+
+
+class VersusEngineer:
+    """The search's objective: a schedule's tokens/s over each workload's own engineer, on
+    the tuning seeds.
+
+    For each workload of ``scorer`` the engineer tunes ``threshold:tuned`` and ``sweep`` on
+    that workload alone (the better of the two is its engineer, as in ``specrl compare``).
+    A schedule's ratio on a workload is its aggregate tokens/s there over the engineer's;
+    its score is :data:`WORST_WEIGHT` x the worst workload's ratio plus the rest x the
+    geometric mean of the ratios. A single schedule for the whole mix then cannot buy a
+    gain on most workloads with a loss on one that its own engineer would not take.
+    Tuning the workloads' engineers plays the schedules the mix's tuning
+    (:func:`engineer_starts`) plays, and each workload's own sweep besides. It has
+    :class:`~specrl.policies.engineer.Scorer`'s ``score``, ``prefetch`` and counts."""
+
+    def __init__(self, scorer: Scorer, *, k_max: int, max_batch: int):
+        self.scorer = scorer
+        self.engineers: dict[str, tuple[str, np.ndarray]] = {}
+        self.references: list[float] = []
+        for i, env in enumerate(scorer.envs):
+            view = scorer.view(i)
+            k, b, _ = best_threshold(view, k_max, max_batch)
+            bucket_k, _ = best_sweep(view, k_max, max_batch)
+            own = {
+                "threshold": threshold_dense(k, b, max_batch),
+                "sweep": sweep_dense(bucket_k, max_batch),
+            }
+            scorer.prefetch(own.values())
+            method = max(own, key=lambda m: view.score(own[m]))
+            self.engineers[workload_name(env)] = (method, own[method])
+            self.references.append(view.score(own[method]))
+
+    envs = property(lambda self: self.scorer.envs)
+    seeds = property(lambda self: self.scorer.seeds)
+    episodes = property(lambda self: self.scorer.episodes)
+    surrogate_s = property(lambda self: self.scorer.surrogate_s)
+
+    def prefetch(self, denses) -> None:
+        self.scorer.prefetch(denses)
+
+    def ratios(self, dense) -> list[float]:
+        """Per workload, tokens/s under ``dense`` over that workload's engineer."""
+        return [r / ref for r, ref in zip(self.scorer.rates(dense), self.references, strict=True)]
+
+    def score(self, dense) -> float:
+        ratios = self.ratios(dense)
+        mean = float(np.exp(np.mean(np.log(ratios))))
+        return WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
+
+    def tokens_per_s(self, dense) -> float:
+        """The geometric mean over the workloads of tokens/s (what the score is relative to)."""
+        return self.scorer.score(dense)
 
 
 def engineer_starts(scorer: Scorer, fmt: StackFormat) -> dict[str, np.ndarray]:
@@ -272,6 +347,7 @@ def best_schedule(
         dense, score = smoothed_starts[start][0].copy(), floor
         _, _, _, rises = _smooth(fmt, scorer, dense, score)
     _warn_below_off(fmt, scorer, dense, score)
+    relative = isinstance(scorer, VersusEngineer)
     with warnings.catch_warnings():  # the file's writer warns, with the operating point
         warnings.simplefilter("ignore", SpecrlWarning)
         config = fmt.write(dense)
@@ -293,6 +369,9 @@ def best_schedule(
         evaluations=scorer.episodes - played[0],
         surrogate_s=scorer.surrogate_s - played[1],
         wall_s=time.perf_counter() - clock,
+        objective=RELATIVE if relative else GEOMETRIC,
+        ratios=dict(zip(scorer.engineers, scorer.ratios(dense), strict=True)) if relative else {},
+        engineers={w: m for w, (m, _) in scorer.engineers.items()} if relative else {},
     )
 
 
@@ -359,8 +438,8 @@ def _warn_below_off(fmt: StackFormat, scorer: Scorer, dense, score: float) -> No
     off = scorer.score(np.zeros_like(dense))
     if not fmt.feasible(np.zeros_like(dense)) and off > score:
         warnings.warn(
-            f"the best {fmt.fmt} schedule found ({score:.1f} tokens/s) is below speculation off "
-            f"({off:.1f}) on this traffic: TensorRT-LLM's draft_len_schedule cannot turn "
+            f"the best {fmt.fmt} schedule found (score {score:.4g}) is below speculation off "
+            f"({off:.4g}) on this traffic: TensorRT-LLM's draft_len_schedule cannot turn "
             "speculation off at batch 1 (its smallest key's K is max_draft_len >= 1); serve "
             "without speculative decoding, or export --format vllm or sglang",
             category=SpecrlWarning,
@@ -470,6 +549,9 @@ def search_run(
     config = run.config
     names = list(workloads or config.workloads)
     scorer = Scorer([run.env(w) for w in names], tuning_seeds())
+    clock = time.perf_counter()
+    objective = VersusEngineer(scorer, k_max=config.k_max, max_batch=config.max_batch)
+    tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
     visits = visited_cells(run, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
     plain = collapsed(table, acceptance)
     weighted = visit_weighted(table, visits, acceptance)
@@ -481,18 +563,36 @@ def search_run(
         starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
         clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
         starts.update(engineer_starts(scorer, fmt))
+        starts.update(_own_engineers(objective, fmt, starts))
         try:
-            result = best_schedule(fmt, scorer, starts, progress=progress)
+            result = best_schedule(fmt, objective, starts, progress=progress)
         except SpecrlError as err:
             if errors is None:
                 raise
             errors[name] = err
             continue
-        # The engineer's starts were tuned for this search: their episodes count in its cost.
-        result.evaluations = scorer.episodes - played[0]
-        result.surrogate_s = scorer.surrogate_s - played[1]
-        result.wall_s = time.perf_counter() - clock
+        # The engineer's starts were tuned for this search: their episodes count in its cost
+        # (each workload's own engineer once, in the first format's).
+        result.evaluations = scorer.episodes - played[0] + tuned[0]
+        result.surrogate_s = scorer.surrogate_s - played[1] + tuned[1]
+        result.wall_s = time.perf_counter() - clock + tuned[2]
+        tuned = (0, 0.0, 0.0)
         out[name] = result
+    return out
+
+
+def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) -> dict:
+    """Each workload's own engineer as a start (for TensorRT-LLM, as it can hold it), those
+    not already among ``starts``."""
+    seen = [np.asarray(d)[1:].tobytes() for d in starts.values()]
+    out = {}
+    for workload, (method, dense) in objective.engineers.items():
+        nudged = trtllm_nudges(dense) if fmt.fmt == "trtllm" and method == "sweep" else {"": dense}
+        for how, d in nudged.items():
+            key = np.asarray(d)[1:].tobytes()
+            if key not in seen:
+                seen.append(key)
+                out[f"{workload}'s {method} {how}".strip()] = d
     return out
 
 
