@@ -4,6 +4,7 @@ seeds of each workload in the surrogate.
     python experiments/engineer.py --run runs/ppo
     python experiments/engineer.py --run runs/ppo --per-workload   # exports searched per workload
     python experiments/engineer.py --run runs/ppo --headroom       # + a table per workload
+    python experiments/engineer.py --run runs/ppo --worst-weight 0 # the searches' score before
 
 Exports the run (the learned native table, with its fidelity check, and the native table
 searched from it; vLLM, TensorRT-LLM and SGLang, each the best schedule of its format
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from specrl.dataclass_cli import comma_list, script_main, value
+from specrl.dataclass_cli import comma_list, optional, script_main, value
 from specrl.files import write_atomic, write_json
-from specrl.options import SEED, positive_int, workload_preset
+from specrl.options import SEED, float_in, positive_int, workload_preset
 from specrl.seeds import HELD_OUT_SEED
 
 FORMATS = ("vllm", "trtllm", "sglang")
@@ -56,6 +57,10 @@ class Args:
     """Search each export on the judged workload's tuning seeds, not the training mix."""
     native_only: bool = False
     """Judge the native table alone (no stack exports searched): a quicker look at a run."""
+    worst_weight: Annotated[float | None, optional(float_in(0, 1))] = None
+    """The worst workload's share of the searches' score (``specrl.train.search.WORST_WEIGHT``
+    when not given); 0: the geometric mean over the workloads alone, as the searches scored
+    before stop 51."""
     headroom: bool = False
     """Also search a native table on each judged workload's own tuning seeds, and judge it
     beside the oracle: how much a batch x acceptance table tuned for that traffic gains."""
@@ -114,6 +119,10 @@ def run(args: Args) -> Path:
 
     if not args.run:
         raise SpecrlError("--run RUN_DIR is required: a finished `specrl train` run")
+    if args.worst_weight is not None:
+        import specrl.train.search as search
+
+        search.WORST_WEIGHT = args.worst_weight
     start = time.perf_counter()
     run_dir = Path(args.run)
     out = Path(args.out or run_dir / "engineer")

@@ -269,6 +269,10 @@ class Scorer:
         """Per env, aggregate tokens/s over its seeds under ``dense``."""
         return [_rate(runs) for runs in self.play(dense)]
 
+    def table_rates(self, table) -> list[float]:
+        """:meth:`rates` for a native table, served by its controller."""
+        return [_rate(runs) for runs in self.play_table(table)]
+
     def view(self, i: int) -> EnvScorer:
         """The scorer of env ``i`` alone, sharing this one's episodes (nothing is replayed)."""
         return EnvScorer(self, i)

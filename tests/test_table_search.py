@@ -9,9 +9,10 @@ from search_helpers import small_scorer
 
 from specrl.controller import LookupController
 from specrl.errors import SpecrlError
-from specrl.policies.engineer import Scorer, geometric_rate, shared_episodes
+from specrl.policies.engineer import Scorer, shared_episodes
 from specrl.table import table_from_json
 from specrl.table.build import table_from_policy
+from specrl.train.search import VersusEngineer
 from specrl.train.table_search import TableGrid, best_table, native_file
 
 
@@ -98,19 +99,31 @@ def test_the_search_is_never_below_any_start_and_says_how_it_chose():
     scorer, confirm = small_scorer(), _confirm()
     learned = _learned()
     result = best_table(learned, scorer, confirm)
-    assert set(result.starts) == {"learned table", "engineer's sweep", "engineer's threshold"}
+    mix = {"learned table", "engineer's sweep", "engineer's threshold"}
+    assert set(result.starts) >= mix  # and each workload's engineer not among them
+    assert {n.split("'s ")[0] for n in set(result.starts) - mix} <= {"ramp", "bursts"}
     # Never below the engineer's sweep on either set of seeds; a start replaced the sweep
     # only by gaining at least 0.1% on both.
-    tune_score, confirm_score = scorer.score_table(result.table), confirm.score_table(result.table)
+    # The score: over each workload's own engineer, tuned on the tuning seeds and judged as
+    # it is on the confirmation seeds.
+    tune = VersusEngineer(scorer, k_max=3, max_batch=16)
+    again = VersusEngineer(confirm, k_max=3, max_batch=16, engineers=tune.engineers)
+    tune_score, confirm_score = tune.score_table(result.table), again.score_table(result.table)
     sweep = result.starts_by_seeds["engineer's sweep"]
     assert tune_score >= sweep[0] - 1e-9 and confirm_score >= sweep[1] - 1e-9
     a, b = result.starts_by_seeds[result.start]
     assert result.start == "engineer's sweep" or (a >= sweep[0] * 1.001 and b >= sweep[1] * 1.001)
     assert result.score >= result.starts[result.start] - 1e-9
-    both = [
-        a + b for a, b in zip(scorer.play_table(result.table), confirm.play_table(result.table))
-    ]
-    assert result.score == pytest.approx(geometric_rate(both))
+    assert result.score == pytest.approx((tune_score + confirm_score) / 2)
+    assert list(result.ratios) == ["ramp", "bursts"]
+    for (on_tune, on_confirm), a, b in zip(
+        result.ratios.values(),
+        tune.table_ratios(result.table),
+        again.table_ratios(result.table),
+        strict=True,
+    ):
+        assert (on_tune, on_confirm) == pytest.approx((a, b))
+    assert result.engineers == {w: m for w, (m, _) in tune.engineers.items()}
     # Each kept move gained at least 0.1% on the tuning seeds and on the confirmation seeds,
     # and the gains on both compound to the score.
     assert all(m["gain_tuning"] >= 0.001 and m["gain_confirm"] >= 0.001 for m in result.moves)
@@ -132,12 +145,12 @@ def test_a_move_that_does_not_hold_on_the_confirmation_seeds_is_not_kept():
     class Flat(Scorer):
         """Every table alike on the confirmation seeds: no move gains there."""
 
-        def score_table(self, table):
-            return 100.0
+        def table_rates(self, table):
+            return [100.0] * len(self.envs)
 
-    scorer = small_scorer()
-    free = best_table(_learned(), scorer, _confirm())
-    flat = best_table(_learned(), scorer, _confirm(Flat))
+    scorer = small_scorer(workloads=("ramp", "day"))
+    free = best_table(_learned(), scorer, Scorer(scorer.envs, [55_000, 55_001]))
+    flat = best_table(_learned(), scorer, Flat(scorer.envs, [55_000, 55_001]))
     assert free.moves or free.start != "engineer's sweep", "something gains on both"
     # Nothing gains on the confirmation seeds: the engineer's sweep is written as it is.
     assert flat.moves == [] and flat.start == "engineer's sweep"

@@ -77,10 +77,16 @@ schedules apart only so finely, and a smaller gain is as likely the seeds' as th
 schedule's."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
 GEOMETRIC = "geometric mean over the workloads of aggregate tokens/s"
-RELATIVE = (
-    f"over each workload's engineer (tokens/s ratio): {WORST_WEIGHT} x the worst workload's "
-    f"+ {1 - WORST_WEIGHT} x the geometric mean"
-)
+
+
+def relative_objective() -> str:
+    """:class:`VersusEngineer`'s score, in words."""
+    return (
+        f"over each workload's engineer (tokens/s ratio): {WORST_WEIGHT:g} x the worst "
+        f"workload's + {1 - WORST_WEIGHT:g} x the geometric mean"
+    )
+
+
 _NO_PROVENANCE = {
     "profile_sha256": "",
     "profile_fingerprint": {},
@@ -268,22 +274,36 @@ class VersusEngineer:
     (:func:`engineer_starts`) plays, and each workload's own sweep besides. It has
     :class:`~specrl.policies.engineer.Scorer`'s ``score``, ``prefetch`` and counts."""
 
-    def __init__(self, scorer: Scorer, *, k_max: int, max_batch: int):
+    def __init__(
+        self,
+        scorer: Scorer,
+        *,
+        k_max: int,
+        max_batch: int,
+        engineers: dict[str, tuple[str, np.ndarray]] | None = None,
+    ):
         self.scorer = scorer
-        self.engineers: dict[str, tuple[str, np.ndarray]] = {}
-        self.references: list[float] = []
-        for i, env in enumerate(scorer.envs):
-            view = scorer.view(i)
-            k, b, _ = best_threshold(view, k_max, max_batch)
-            bucket_k, _ = best_sweep(view, k_max, max_batch)
-            own = {
-                "threshold": threshold_dense(k, b, max_batch),
-                "sweep": sweep_dense(bucket_k, max_batch),
-            }
-            scorer.prefetch(own.values())
-            method = max(own, key=lambda m: view.score(own[m]))
-            self.engineers[workload_name(env)] = (method, own[method])
-            self.references.append(view.score(own[method]))
+        if engineers is None:
+            engineers = {}
+            for i, env in enumerate(scorer.envs):
+                view = scorer.view(i)
+                k, b, _ = best_threshold(view, k_max, max_batch)
+                bucket_k, _ = best_sweep(view, k_max, max_batch)
+                own = {
+                    "threshold": threshold_dense(k, b, max_batch),
+                    "sweep": sweep_dense(bucket_k, max_batch),
+                }
+                scorer.prefetch(own.values())
+                method = max(own, key=lambda m: view.score(own[m]))
+                engineers[workload_name(env)] = (method, own[method])
+        self.engineers = engineers
+        """Per workload, its engineer's method and schedule; given, they are judged on
+        ``scorer``'s seeds as they are (the confirmation seeds of the native table's search
+        judge the engineers tuned on the tuning seeds)."""
+        scorer.prefetch([dense for _, dense in engineers.values()])
+        self.references = [
+            scorer.view(i).score(dense) for i, (_, dense) in enumerate(engineers.values())
+        ]
 
     envs = property(lambda self: self.scorer.envs)
     seeds = property(lambda self: self.scorer.seeds)
@@ -298,7 +318,25 @@ class VersusEngineer:
         return [r / ref for r, ref in zip(self.scorer.rates(dense), self.references, strict=True)]
 
     def score(self, dense) -> float:
-        ratios = self.ratios(dense)
+        return self._combine(self.ratios(dense))
+
+    def prefetch_tables(self, tables) -> None:
+        self.scorer.prefetch_tables(tables)
+
+    def play_table(self, table) -> list:
+        return self.scorer.play_table(table)
+
+    def table_ratios(self, table) -> list[float]:
+        """:meth:`ratios` for a native table, served by its controller."""
+        rates = self.scorer.table_rates(table)
+        return [r / ref for r, ref in zip(rates, self.references, strict=True)]
+
+    def score_table(self, table) -> float:
+        """:meth:`score` for a native table."""
+        return self._combine(self.table_ratios(table))
+
+    @staticmethod
+    def _combine(ratios: list[float]) -> float:
         mean = float(np.exp(np.mean(np.log(ratios))))
         return WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
 
@@ -369,7 +407,7 @@ def best_schedule(
         evaluations=scorer.episodes - played[0],
         surrogate_s=scorer.surrogate_s - played[1],
         wall_s=time.perf_counter() - clock,
-        objective=RELATIVE if relative else GEOMETRIC,
+        objective=relative_objective() if relative else GEOMETRIC,
         ratios=dict(zip(scorer.engineers, scorer.ratios(dense), strict=True)) if relative else {},
         engineers={w: m for w, (m, _) in scorer.engineers.items()} if relative else {},
     )

@@ -19,8 +19,10 @@ training seed. :func:`best_table` searches batch x acceptance tables from it:
    best of a bucket's moves on two seeds is partly the seeds' luck, and a move that does
    not hold on other episodes is not kept. Up to :data:`MAX_PASSES` passes.
 
-The score is the stack search's: the geometric mean over the workloads of aggregate tokens/s,
-here on the tuning and the confirmation seeds together. Each move kept gains on both, so the
+The score is the stack search's (:class:`~specrl.train.search.VersusEngineer`: tokens/s over
+each workload's own engineer, the worst workload weighing half), here the mean of its values on
+the tuning and on the confirmation seeds; the engineers are tuned on the tuning seeds and
+judged as they are on the confirmation seeds. Each move kept gains on both, so the
 result is never below the engineer's sweep on either set of seeds, nor below any start that
 beat the sweep on both; a start within the seeds' noise of the sweep (the learned table, as
 often as not) contributes the rows that gain, bucket by bucket, through the moves. The table
@@ -41,7 +43,6 @@ from specrl.policies.engineer import (
     Scorer,
     best_sweep,
     best_threshold,
-    geometric_rate,
     sweep_dense,
     threshold_dense,
     tuning_seeds,
@@ -49,7 +50,12 @@ from specrl.policies.engineer import (
 )
 from specrl.seeds import CONFIRM_SEED
 from specrl.table import KTable, table_from_json
-from specrl.train.search import MIN_MOVE_GAIN, search_buckets
+from specrl.train.search import (
+    MIN_MOVE_GAIN,
+    VersusEngineer,
+    relative_objective,
+    search_buckets,
+)
 from specrl.train.trained import as_run
 
 SHIFT_BINS = 5
@@ -143,11 +149,18 @@ class TableSearchResult:
     """Surrogate episodes played."""
     surrogate_s: float = 0.0
     wall_s: float = 0.0
+    ratios: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Per workload, the table's tokens/s over that workload's engineer on the tuning seeds,
+    and on the confirmation seeds."""
+    engineers: dict[str, str] = field(default_factory=dict)
+    """Per workload, its engineer's method (tuned on that workload's tuning seeds)."""
 
     def to_json(self) -> dict:
         return {
             "method": "search",
-            "objective": "geometric mean over the workloads of aggregate tokens/s",
+            "objective": relative_objective() + ", the mean of its values on both sets of seeds",
+            "ratios": {w: list(r) for w, r in self.ratios.items()},
+            "engineers": self.engineers,
             "workloads": self.workloads,
             "seeds": self.seeds,
             "confirm_seeds": self.confirm_seeds,
@@ -167,15 +180,24 @@ class TableSearchResult:
         learned = self.starts.get("learned table")
         lines = [
             f"native: searched from the {self.start} ({len(self.moves)} moves kept): score "
-            f"{self.score:.1f} tokens/s; starts: "
-            + ", ".join(f"{name} {s:.1f}" for name, s in self.starts.items()),
+            f"{self.score:.4f}; starts: "
+            + ", ".join(f"{name} {s:.4f}" for name, s in self.starts.items()),
             f"  judged on seeds {self.seeds[0]}-{self.seeds[-1]}, confirmed on "
             f"{self.confirm_seeds[0]}-{self.confirm_seeds[-1]}, of {', '.join(self.workloads)}:"
             f" {self.evaluations} episodes, {self.surrogate_s:,.0f} surrogate s "
             f"({self.wall_s:.0f} s wall)",
         ]
         if learned:
-            lines.append(f"  {self.score / learned:.4f}x the learned table there")
+            lines.append(f"  {self.score / learned:.4f}x the learned table's score")
+        if self.ratios:
+            lines.append(
+                f"  score: {relative_objective()}; over each workload's engineer "
+                "(tuning, confirmation seeds): "
+                + ", ".join(
+                    f"{w} {a:.4f}/{b:.4f} ({self.engineers[w]})"
+                    for w, (a, b) in self.ratios.items()
+                )
+            )
         for m in self.moves:
             lines.append(
                 f"  batch {m['batch'][0]}-{m['batch'][1]}: {m['move']} (+{m['gain_tuning']:.2%} "
@@ -191,9 +213,12 @@ def best_table(
     module); ``scorer`` holds the envs (workloads) and the tuning seeds, ``confirm`` the same
     envs on the confirmation seeds."""
     clock = time.perf_counter()
-    both = _Both(scorer, confirm)
-    played = both.cost()
     k_max, max_batch = table.k_max, table.max_batch
+    played = (scorer.episodes + confirm.episodes, scorer.surrogate_s + confirm.surrogate_s)
+    tune = VersusEngineer(scorer, k_max=k_max, max_batch=max_batch)
+    both = _Both(
+        tune, VersusEngineer(confirm, k_max=k_max, max_batch=max_batch, engineers=tune.engineers)
+    )
     k, b, _ = best_threshold(scorer, k_max, max_batch)
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
     sweep = sweep_dense(bucket_k, max_batch)
@@ -202,6 +227,12 @@ def best_table(
         "engineer's sweep": TableGrid.constant(sweep, table),
         "engineer's threshold": TableGrid.constant(threshold_dense(k, b, max_batch), table),
     }
+    seen = [g.table() for g in starts.values()]
+    for workload, (method, dense) in tune.engineers.items():  # each workload's own
+        grid = TableGrid.constant(dense, table)
+        if not any(grid.same(TableGrid.of(t)) for t in seen):
+            starts[f"{workload}'s {method}"] = grid
+            seen.append(grid.table())
     tables = {name: g.table() for name, g in starts.items()}
     both.prefetch(list(tables.values()))
     scores = {name: both.score(t) for name, t in tables.items()}
@@ -236,14 +267,22 @@ def best_table(
         evaluations=both.cost()[0] - played[0],
         surrogate_s=both.cost()[1] - played[1],
         wall_s=time.perf_counter() - clock,
+        ratios=dict(
+            zip(
+                tune.engineers,
+                zip(both.tune.table_ratios(grid.table()), both.confirm.table_ratios(grid.table())),
+                strict=True,
+            )
+        ),
+        engineers={w: m for w, (m, _) in tune.engineers.items()},
     )
 
 
 class _Both:
-    """The tuning and the confirmation scorers: a table's score on both sets of seeds (the
-    geometric mean over workloads of each workload's tokens/s over all its episodes)."""
+    """The objective on the tuning and on the confirmation seeds: a table's score on both
+    (the mean of the two)."""
 
-    def __init__(self, tune: Scorer, confirm: Scorer):
+    def __init__(self, tune: VersusEngineer, confirm: VersusEngineer):
         self.tune, self.confirm = tune, confirm
 
     def prefetch(self, tables) -> None:
@@ -251,9 +290,7 @@ class _Both:
         self.confirm.prefetch_tables(tables)
 
     def score(self, table) -> float:
-        tune, confirm = self.tune.play_table(table), self.confirm.play_table(table)
-        played = [a + b for a, b in zip(tune, confirm, strict=True)]
-        return geometric_rate(played)
+        return (self.tune.score_table(table) + self.confirm.score_table(table)) / 2
 
     def split(self, table) -> tuple[float, float]:
         """The table's score on the tuning seeds, and on the confirmation seeds."""
