@@ -56,7 +56,7 @@ class DemoOptions:
     """Each demo writes ``OUT/demo-<UTC time>/``; the cache is ``OUT/demo-cache/``."""
     preset: str = "small"
     timesteps: int = 25_000
-    surrogate_episodes: int = 2
+    surrogate_episodes: int = 4
     live_requests: int = 32
     """Requests in the live held-out trace (the mixed preset)."""
     live_episodes: int = 2

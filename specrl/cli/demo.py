@@ -39,7 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--surrogate-episodes",
         type=positive_int,
         default=defaults.surrogate_episodes,
-        help="held-out episodes per workload and policy in the surrogate (2)",
+        help="held-out episodes per workload and policy in the surrogate "
+        f"({defaults.surrogate_episodes})",
     )
     parser.add_argument(
         "--live-requests",
