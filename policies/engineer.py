@@ -11,9 +11,10 @@ benchmarking each concurrency, tuned in the surrogate on seeds apart from any ev
 
 Both score candidates by aggregate tokens/s (sum of tokens over sum of seconds) over
 :data:`TUNE_EPISODES` episodes from :data:`specrl.seeds.TUNE_SEED` of the env's own workload
-and profile (:class:`Scorer`; over several workloads, the geometric mean of theirs, as the export's
-schedule search scores). A :class:`Tuning` records the seeds, the episodes played and their
-cost.
+and profile (:class:`Scorer`; over several workloads, the geometric mean of theirs; the
+export's searches score against each workload's own engineer instead,
+:class:`specrl.train.search.VersusEngineer`). A :class:`Tuning` records the seeds, the
+episodes played and their cost.
 """
 
 from __future__ import annotations

@@ -187,3 +187,10 @@ def test_the_search_judged_against_each_engineer_records_each_workloads_ratio():
     assert chosen["objective"].startswith("over each workload's engineer")
     assert set(chosen["engineers"].values()) <= {"threshold", "sweep"}
     assert "over each workload's engineer: ramp " in result.describe()
+
+
+def test_two_workloads_of_one_name_each_keep_their_engineer():
+    scorer = small_scorer(workloads=("ramp", "ramp"))
+    objective = VersusEngineer(scorer, k_max=3, max_batch=16)
+    assert list(objective.engineers) == ["ramp (1)", "ramp (2)"]
+    assert len(objective.ratios(np.full(17, 1))) == 2

@@ -10,8 +10,8 @@ searches the format's own class instead, judged in the surrogate:
    :class:`~specrl.policies.BatchSchedule` as the stack expands it): the table collapsed at
    the operating acceptance; the table collapsed per batch size at the acceptance bin its
    policy visits most there (visit-weighted); the engineer's threshold and per-bucket sweep
-   (:mod:`specrl.policies.engineer`) tuned on the same objective, for TensorRT-LLM also the
-   sweep nudged to its smallest-key rule. The best start is kept.
+   (:mod:`specrl.policies.engineer`) tuned on the whole mix, for TensorRT-LLM also the sweep
+   nudged to its smallest-key rule; each workload's own engineer. The best start is kept.
 2. **Local search**: bucket by bucket (:data:`SEARCH_BATCHES`), set the whole bucket to a
    neighbouring K (one up or down, or a neighbour bucket's K) where the format allows it;
    keep the best move if it scores at least :data:`MIN_MOVE_GAIN` higher; repeat until a
@@ -22,10 +22,10 @@ searches the format's own class instead, judged in the surrogate:
    so before it is scored, and should smoothing the search's result fall below the best
    start, that start is kept.
 
-The score is the geometric mean, over the workloads, of aggregate tokens/s on the tuning
-seeds (:data:`specrl.seeds.TUNE_SEED`), so each workload counts alike. The
-result is never worse there than any start (smoothed), and no rise it keeps is worth less
-than the bar.
+The score (:class:`VersusEngineer`) weighs a schedule's tokens/s on each workload against
+that workload's own engineer, on the tuning seeds (:data:`specrl.seeds.TUNE_SEED`): half the
+worst workload's ratio, half the geometric mean of the ratios. The result is never worse
+there than any start (smoothed), and no rise it keeps is worth less than the bar.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ class VersusEngineer:
         self.scorer = scorer
         if engineers is None:
             engineers = {}
-            for i, env in enumerate(scorer.envs):
+            for i, name in enumerate(_labels(scorer.envs)):
                 view = scorer.view(i)
                 k, b, _ = best_threshold(view, k_max, max_batch)
                 bucket_k, _ = best_sweep(view, k_max, max_batch)
@@ -295,7 +295,7 @@ class VersusEngineer:
                 }
                 scorer.prefetch(own.values())
                 method = max(own, key=lambda m: view.score(own[m]))
-                engineers[workload_name(env)] = (method, own[method])
+                engineers[name] = (method, own[method])
         self.engineers = engineers
         """Per workload, its engineer's method and schedule; given, they are judged on
         ``scorer``'s seeds as they are (the confirmation seeds of the native table's search
@@ -340,9 +340,13 @@ class VersusEngineer:
         mean = float(np.exp(np.mean(np.log(ratios))))
         return WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
 
-    def tokens_per_s(self, dense) -> float:
-        """The geometric mean over the workloads of tokens/s (what the score is relative to)."""
-        return self.scorer.score(dense)
+
+def _labels(envs) -> list[str]:
+    """Each env's workload name, numbered where two share one (two trace files of one name)."""
+    names = [workload_name(env) for env in envs]
+    return [
+        f"{n} ({names[:i].count(n) + 1})" if names.count(n) > 1 else n for i, n in enumerate(names)
+    ]
 
 
 def engineer_starts(scorer: Scorer, fmt: StackFormat) -> dict[str, np.ndarray]:
