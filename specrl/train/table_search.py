@@ -227,12 +227,10 @@ def best_table(
         "engineer's sweep": TableGrid.constant(sweep, table),
         "engineer's threshold": TableGrid.constant(threshold_dense(k, b, max_batch), table),
     }
-    seen = [g.table() for g in starts.values()]
     for workload, (method, dense) in tune.engineers.items():  # each workload's own
         grid = TableGrid.constant(dense, table)
-        if not any(grid.same(TableGrid.of(t)) for t in seen):
+        if not any(grid.same(g) for g in starts.values()):
             starts[f"{workload}'s {method}"] = grid
-            seen.append(grid.table())
     tables = {name: g.table() for name, g in starts.items()}
     both.prefetch(list(tables.values()))
     scores = {name: both.score(t) for name, t in tables.items()}
