@@ -279,6 +279,13 @@ def _small_admission(engine, streams, *, k_max, rng, rows: int = 1) -> tuple[dic
         for n in DEFAULT_PROMPT_LENGTHS.sample(rng, rows)
     ]
     domains = list(streams)
+    # Untimed: one request served to its end first, so that the timed admission follows this
+    # engine's own step, as a request joining served traffic does, not the timing cells'.
+    warm = cut_prompts(streams, [lengths[0]], rng, [domains[int(rng.integers(len(domains)))]])[0]
+    engine.add(warm, max_new_tokens=2)
+    while engine.has_work:
+        engine.step(0)
+    engine.pop_finished()
     for length in lengths:
         prompt = cut_prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
         engine.add(prompt, max_new_tokens=k_max + 4)
