@@ -283,18 +283,21 @@ def _small_admission(engine, streams, *, k_max, rng, rows: int = 1) -> tuple[dic
     # engine's own step, as a request joining served traffic does, not the timing cells'.
     warm = cut_prompts(streams, [lengths[0]], rng, [domains[int(rng.integers(len(domains)))]])[0]
     engine.add(warm, max_new_tokens=2)
-    while engine.has_work:
-        engine.step(0)
-    engine.pop_finished()
+    _drain(engine)
     for length in lengths:
         prompt = cut_prompts(streams, [length], rng, [domains[int(rng.integers(len(domains)))]])[0]
         engine.add(prompt, max_new_tokens=k_max + 4)
     prefill = {**_sample(engine.step(0)), "prefill_padded": rows * max(lengths)}
     catchup = _sample(engine.step(k_max))
+    _drain(engine)
+    return prefill, catchup
+
+
+def _drain(engine) -> None:
+    """Serve ``engine``'s requests to their end, untimed, and leave it empty."""
     while engine.has_work:
         engine.step(0)
     engine.pop_finished()
-    return prefill, catchup
 
 
 def log_spread(logs: list[float]) -> float:

@@ -315,7 +315,7 @@ class VersusEngineer:
 
     def ratios(self, dense) -> list[float]:
         """Per workload, tokens/s under ``dense`` over that workload's engineer."""
-        return [r / ref for r, ref in zip(self.scorer.rates(dense), self.references, strict=True)]
+        return self._relative(self.scorer.rates(dense))
 
     def score(self, dense) -> float:
         return self._combine(self.ratios(dense))
@@ -328,12 +328,14 @@ class VersusEngineer:
 
     def table_ratios(self, table) -> list[float]:
         """:meth:`ratios` for a native table, served by its controller."""
-        rates = self.scorer.table_rates(table)
-        return [r / ref for r, ref in zip(rates, self.references, strict=True)]
+        return self._relative(self.scorer.table_rates(table))
 
     def score_table(self, table) -> float:
         """:meth:`score` for a native table."""
         return self._combine(self.table_ratios(table))
+
+    def _relative(self, rates: list[float]) -> list[float]:
+        return [r / ref for r, ref in zip(rates, self.references, strict=True)]
 
     @staticmethod
     def _combine(ratios: list[float]) -> float:

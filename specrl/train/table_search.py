@@ -248,8 +248,9 @@ def best_table(
     grid, score, moves = _local_search(
         starts[start].copy(), both, sweep, starts["learned table"], progress
     )
+    chosen = grid.table()
     return TableSearchResult(
-        table=grid.table(),
+        table=chosen,
         score=score,
         start=start,
         starts=scores,
@@ -268,7 +269,7 @@ def best_table(
         ratios=dict(
             zip(
                 tune.engineers,
-                zip(both.tune.table_ratios(grid.table()), both.confirm.table_ratios(grid.table())),
+                zip(both.tune.table_ratios(chosen), both.confirm.table_ratios(chosen)),
                 strict=True,
             )
         ),
