@@ -21,7 +21,7 @@ from specrl.dataclass_cli import parse
 from specrl.errors import SpecrlError
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("train_ppo", "compare", "seeds", "engineer", "table_headroom")
+SCRIPTS = ("train_ppo", "compare", "seeds", "engineer", "table_headroom", "row_headroom")
 
 
 TINY_ROLLOUT = ("--n-envs", "2", "--n-steps", "64", "--batch-size", "64")
@@ -331,3 +331,53 @@ def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
     untouched = np.r_[0:3, 5:9]
     assert (trial.k[untouched] == grid.k[untouched]).all()
     assert (trial.stale == grid.stale).all()
+
+
+def test_row_headroom_likelihood_is_a_distribution_over_accepted_runs():
+    """A row that drafts 3 tokens accepts 0, 1, 2 or 3 of them: the four probabilities, worked
+    out by hand from the per-position rates, sum to 1 per candidate."""
+    module = load("row_headroom")
+    rates = np.array([[0.9, 0.5, 0.2], [0.3, 0.6, 0.7]])
+    probs = np.exp([module.run_log_likelihood(rates, a, 3) for a in range(4)])  # [runs, cands]
+    assert probs[:, 0] == pytest.approx([0.1, 0.9 * 0.5, 0.9 * 0.5 * 0.8, 0.9 * 0.5 * 0.2])
+    assert probs[:, 1] == pytest.approx([0.7, 0.3 * 0.4, 0.3 * 0.6 * 0.3, 0.3 * 0.6 * 0.7])
+    assert probs.sum(axis=0) == pytest.approx([1.0, 1.0])
+
+
+def test_row_headroom_posterior_moves_toward_what_the_row_showed():
+    """A row that accepted every draft reads a higher survival than the prior; one that
+    rejected every first draft, a lower one."""
+    from specrl.envs import SurrogateSpecEnv
+
+    module = load("row_headroom")
+    env = SurrogateSpecEnv(workload="ramp", workload_kwargs={"peak": 8}, max_batch=8)
+    rule = module.RowEstimateRule(env, "per-row")
+    group, k = 0, env.k_max
+    prior = rule._candidates[group][2]
+    rates = rule._rates(group, 10, k)
+    good = prior + 5 * module.run_log_likelihood(rates, k, k)
+    bad = prior + 5 * module.run_log_likelihood(rates, 0, k)
+    base = rule._survival(group, 10, prior)
+    assert (rule._survival(group, 10, good) > base).all()
+    assert (rule._survival(group, 10, bad) < base).all()
+
+
+def test_row_headroom_truth_rule_picks_the_oracles_k_at_every_step():
+    """The script's rule from the true levels is the myopic oracle: the same K as
+    ``SurrogateSpecEnv.oracle_k`` on every step of an episode (levels drifting)."""
+    from specrl.envs import SurrogateSpecEnv
+
+    module = load("row_headroom")
+    env = SurrogateSpecEnv(workload="ramp", workload_kwargs={"peak": 16}, max_batch=16)
+    assert env._level_grid is not None  # the shipped profile's levels drift
+    rule = module.RowEstimateRule(env, "truth")
+    env.reset(seed=5)
+    picked = []
+    done = False
+    while not done:
+        k = env.oracle_k()  # drifts the levels first
+        assert rule.true_k() == k
+        picked.append(k)
+        _, _, terminated, truncated, _ = env.step(k)
+        done = terminated or truncated
+    assert len(set(picked)) > 1  # the check saw more than one decision

@@ -1,0 +1,258 @@
+"""How much of the myopic oracle's headroom the same rule takes from what a server knows of
+each request (its own accepted runs so far), not from its true acceptance.
+
+    python experiments/row_headroom.py                        # the four workloads, 5 min
+    python experiments/row_headroom.py --workloads ramp --profile P.json
+
+The myopic oracle (``SurrogateSpecEnv.oracle_k``) picks, each step, the K with the most
+expected committed tokens per second from every row's *true* acceptance level. Here the same
+rule runs from estimates a serving engine could keep:
+
+* ``per-row``: each running row's acceptance is its posterior from the accepted runs it has
+  shown so far. The prior is the profile's request levels of every domain in the row's
+  temperature band, each domain alike (a server knows a request's temperature, not its
+  domain); the likelihood, the profile's acceptance by position and tokens generated. A
+  request still waiting, or admitted by the coming step, has the prior.
+* ``pooled``: one acceptance curve for the whole batch, the mean of the per-row ones: what a
+  table indexed by batch size and a single acceptance figure could read at best.
+* ``truth``: the rule from the true levels: the myopic oracle, computed by this script's
+  rule (it picks ``oracle_k``'s K at every step; tests/test_experiments.py checks it).
+
+Per workload, on fresh seeds (:data:`FRESH_SEED`): tokens/s of each over the engineer (the
+better of ``threshold:tuned`` and ``sweep``, tuned on the workload's tuning seeds), and the
+share of the oracle's headroom each takes. The levels drift in the surrogate; the posterior
+treats a request's level as fixed (``--forget`` below 1 discounts older runs).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+
+from specrl.dataclass_cli import comma_list, script_main, value
+from specrl.options import SEED, float_in, positive_int, workload_preset
+from specrl.policies.base import KPolicy
+
+MODES = ("per-row", "pooled", "truth")
+FRESH_SEED = 60_000
+"""Seeds no job of specrl.seeds uses (as experiments/table_headroom.py)."""
+WORKLOADS = ("ramp", "day", "mixed", "bursts")
+
+
+@dataclass
+class Args:
+    workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = WORKLOADS
+    """Workload presets judged, each at its peak ``max_batch``."""
+    profile: str = ""
+    """A profile JSON; empty: the shipped one."""
+    max_batch: Annotated[int, value(positive_int)] = 128
+    """Largest batch of the surrogate env."""
+    seed: Annotated[int, value(SEED)] = FRESH_SEED
+    """First fresh seed judged."""
+    episodes: Annotated[int, value(positive_int)] = 8
+    """Fresh episodes per workload (seeds seed..seed+episodes-1)."""
+    forget: Annotated[float, value(float_in(0.5, 1.0))] = 1.0
+    """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return script_main(Args, run, argv, __doc__, "row_headroom")
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def run_log_likelihood(rates: np.ndarray, accepted: int, drafted: int) -> np.ndarray:
+    """Log-probability, per candidate, of a row accepting exactly ``accepted`` of its
+    ``drafted`` draft tokens: ``rates`` ``[candidates, drafted]`` are the probabilities of
+    accepting each position given the ones before it. A run stops at its first rejection, so
+    it is ``sum(log r[:accepted]) + log(1 - r[accepted])``, without the last term when all
+    were accepted."""
+    out = np.log(np.clip(rates[:, :accepted], 1e-12, 1.0)).sum(axis=1)
+    if accepted < drafted:
+        out = out + np.log(np.clip(1.0 - rates[:, accepted], 1e-12, 1.0))
+    return out
+
+
+class RowEstimateRule(KPolicy):
+    """The myopic oracle's rule from each row's posterior acceptance (``mode`` ``per-row``),
+    their mean for every row (``pooled``) or the true levels (``truth``). Reads the surrogate's
+    rows, queue and tables as the oracle does; only the acceptance differs. Evaluate with one
+    env at a time."""
+
+    def __init__(self, env, mode: str = "per-row", forget: float = 1.0):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.env, self.mode, self.forget, self.name = env.unwrapped, mode, forget, mode
+        e = self.env
+        band_groups: dict[str, list[int]] = {}
+        for g, (_, band) in enumerate(e._groups):
+            band_groups.setdefault(band, []).append(g)
+        # Per group: the candidates (group, level) of every domain of its band; each domain's
+        # levels weigh alike in the prior.
+        self._candidates = {}
+        for g, (_, band) in enumerate(e._groups):
+            groups = band_groups[band]
+            cg = np.concatenate([np.full(len(e._levels[h]), h) for h in groups])
+            cl = np.concatenate([e._levels[h] for h in groups])
+            prior = np.concatenate(
+                [np.full(len(e._levels[h]), -np.log(len(e._levels[h]))) for h in groups]
+            )
+            self._candidates[g] = (cg, cl, prior)
+        self._rows: dict[int, tuple[np.ndarray, int]] = {}
+        self._last_k = 0
+
+    def _rates(self, group: int, generated: int, k: int) -> np.ndarray:
+        cg, cl, _ = self._candidates[group]
+        return _sigmoid(self.env._logits[cg, generated, :k] + cl[:, None])
+
+    def _update(self) -> None:
+        """Fold the last step's accepted run of every row still running into its posterior."""
+        e, k = self.env, self._last_k
+        rows = {}
+        for i in range(e._n):
+            request, group, now = int(e._index[i]), int(e._group[i]), int(e._generated[i])
+            if request not in self._rows:
+                rows[request] = (self._candidates[group][2].copy(), now)
+                continue
+            log_post, before = self._rows[request]
+            drafted = min(k, int(e._left[i]) + (now - before) - 1)
+            if drafted > 0 and now > before:
+                seen = run_log_likelihood(
+                    self._rates(group, before, drafted), now - before - 1, drafted
+                )
+                prior = self._candidates[group][2]
+                log_post = prior + self.forget * (log_post - prior) + seen
+            rows[request] = (log_post, now)
+        self._rows = rows
+
+    def _survival(self, group: int, generated: int, log_post: np.ndarray) -> np.ndarray:
+        w = np.exp(log_post - log_post.max())
+        return (w / w.sum()) @ np.cumprod(self._rates(group, generated, self.env.k_max), axis=1)
+
+    def _act(self, rows, starts):
+        e = self.env
+        if starts[0]:
+            self._rows, self._last_k = {}, 0
+        if self.mode == "truth":
+            if e._n and e._level_grid is not None:
+                e._drift_levels()  # as oracle_k does: the levels up to the tokens generated
+            self._last_k = self.true_k()
+            return np.array([self._last_k])
+        self._update()
+        n0 = e._n
+        survive = [
+            self._survival(int(e._group[i]), int(e._generated[i]), self._rows[int(e._index[i])][0])
+            for i in range(n0)
+        ]
+        left, ctx = list(e._left[:n0]), list(e._ctx[:n0])
+        for group, prompt, out, *_ in list(e._waiting)[: max(0, e.max_batch - n0)]:
+            if out > 1:  # a one-token request leaves on its prefill token
+                survive.append(self._survival(group, 1, self._candidates[group][2]))
+                left.append(out - 1)
+                ctx.append(prompt + 1)
+        if not survive:
+            self._last_k = 0
+            return np.array([0])
+        if self.mode == "pooled":
+            survive = [np.mean(survive, axis=0)] * len(survive)
+        self._last_k = best_k(e, np.array(survive), np.array(left), int(max(ctx)))
+        return np.array([self._last_k])
+
+    def true_k(self) -> int:
+        """The rule's K from every row's true level (the levels as they stand: drifted by
+        the caller), the waiting rows' included."""
+        e = self.env
+        n0 = e._n
+        survive = [
+            np.cumprod(_sigmoid(e._logits[e._group[i], e._generated[i], : e.k_max] + e._level[i]))
+            for i in range(n0)
+        ]
+        left, ctx = list(e._left[:n0]), list(e._ctx[:n0])
+        for group, prompt, out, level, *_ in list(e._waiting)[: max(0, e.max_batch - n0)]:
+            if out > 1:
+                survive.append(np.cumprod(_sigmoid(e._logits[group, 1, : e.k_max] + level)))
+                left.append(out - 1)
+                ctx.append(prompt + 1)
+        if not survive:
+            return 0
+        return best_k(e, np.array(survive), np.array(left), int(max(ctx)))
+
+
+def best_k(env, survive: np.ndarray, left: np.ndarray, max_ctx: int) -> int:
+    """The oracle's choice (``SurrogateSpecEnv.oracle_k``) for rows with survival curves
+    ``survive`` ``[n, k_max]`` and ``left`` tokens to go: argmax over K of expected committed
+    tokens over the step's table seconds."""
+    from specrl.envs.surrogate import CONTEXT_BUCKET
+
+    n, bucket = len(left), max_ctx // CONTEXT_BUCKET
+    best, best_rate = 0, -1.0
+    for k in range(env.k_max + 1):
+        tokens = float(n)
+        if k:
+            k_rows = np.minimum(left - 1, k)
+            tokens += float((survive[:, :k] * (np.arange(k) < k_rows[:, None])).sum())
+        seconds = env._step_s[n][k][bucket]
+        rate = tokens / seconds if seconds > 0 else 0.0
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+def run(args: Args) -> dict:
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies.engineer import (
+        Scorer,
+        best_sweep,
+        best_threshold,
+        geometric_rate,
+        sweep_dense,
+        threshold_dense,
+        tuning_seeds,
+    )
+
+    seeds = list(range(args.seed, args.seed + args.episodes))
+    out = {}
+    print(
+        f"fresh seeds {seeds[0]}-{seeds[-1]}; tokens/s over the engineer "
+        "(share of the oracle's headroom)",
+        flush=True,
+    )
+    for workload in args.workloads:
+        env = SurrogateSpecEnv(
+            workload=workload,
+            workload_kwargs={"peak": args.max_batch},
+            max_batch=args.max_batch,
+            **({"profile": args.profile} if args.profile else {}),
+        )
+        tune = Scorer([env], tuning_seeds())
+        k, b, _ = best_threshold(tune, env.k_max, args.max_batch)
+        bucket_k, _ = best_sweep(tune, env.k_max, args.max_batch)
+        fresh = Scorer([env], seeds)
+        engineer = max(
+            fresh.score(threshold_dense(k, b, args.max_batch)),
+            fresh.score(sweep_dense(bucket_k, args.max_batch)),
+        )
+        ratios = {
+            mode: geometric_rate(
+                fresh.play_policy(lambda e, m=mode: RowEstimateRule(e, m, args.forget))
+            )
+            / engineer
+            for mode in ("truth", "per-row", "pooled")
+        }
+        headroom = ratios["truth"] - 1.0
+        words = [f"oracle {ratios['truth']:.4f}x"]
+        for mode in ("per-row", "pooled"):
+            share = (ratios[mode] - 1.0) / headroom if headroom > 0.005 else float("nan")
+            words.append(f"{mode} {ratios[mode]:.4f}x ({share:.0%})")
+        print(f"{workload}: " + ", ".join(words), flush=True)
+        out[workload] = ratios
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
