@@ -13,15 +13,18 @@ rule runs from estimates a serving engine could keep:
   temperature band, each domain alike (a server knows a request's temperature, not its
   domain); the likelihood, the profile's acceptance by position and tokens generated. A
   request still waiting, or admitted by the coming step, has the prior.
-* ``pooled``: one acceptance curve for the whole batch, the mean of the per-row ones: what a
-  table indexed by batch size and a single acceptance figure could read at best.
+* ``pooled``: the same rule reading one acceptance curve for the whole batch, the mean of the
+  per-row ones, as a table indexed by batch size and one acceptance figure reads the batch.
+  It expects the same tokens as ``per-row`` wherever every row drafts K; the two differ only
+  where rows near their last token draft fewer.
 * ``truth``: the rule from the true levels: the myopic oracle, computed by this script's
   rule (it picks ``oracle_k``'s K at every step; tests/test_experiments.py checks it).
 
 Per workload, on fresh seeds (:data:`FRESH_SEED`): tokens/s of each over the engineer (the
 better of ``threshold:tuned`` and ``sweep``, tuned on the workload's tuning seeds), and the
-share of the oracle's headroom each takes. The levels drift in the surrogate; the posterior
-treats a request's level as fixed (``--forget`` below 1 discounts older runs).
+share of the oracle's headroom each takes; with ``--table``, a native table's too. The
+levels drift in the surrogate; the posterior treats a request's level as fixed (``--forget``
+below 1 discounts older runs).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Args:
     """Fresh episodes per workload (seeds seed..seed+episodes-1)."""
     forget: Annotated[float, value(float_in(0.5, 1.0))] = 1.0
     """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
+    table: str = ""
+    """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +219,10 @@ def run(args: Args) -> dict:
         threshold_dense,
         tuning_seeds,
     )
+    from specrl.table import load_table
 
     seeds = list(range(args.seed, args.seed + args.episodes))
+    table = load_table(args.table) if args.table else None
     out = {}
     print(
         f"fresh seeds {seeds[0]}-{seeds[-1]}; tokens/s over the engineer "
@@ -244,9 +251,11 @@ def run(args: Args) -> dict:
             / engineer
             for mode in ("truth", "per-row", "pooled")
         }
+        if args.table:
+            ratios["table"] = fresh.score_table(table) / engineer
         headroom = ratios["truth"] - 1.0
         words = [f"oracle {ratios['truth']:.4f}x"]
-        for mode in ("per-row", "pooled"):
+        for mode in [m for m in ("per-row", "pooled", "table") if m in ratios]:
             share = (ratios[mode] - 1.0) / headroom if headroom > 0.005 else float("nan")
             words.append(f"{mode} {ratios[mode]:.4f}x ({share:.0%})")
         print(f"{workload}: " + ", ".join(words), flush=True)
