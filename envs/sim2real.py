@@ -42,6 +42,12 @@ class Comparison:
     matched_prefill_s: float = math.nan
     """Prefill seconds per episode on the speed-matched profile, whose prefill is scaled by
     the checked admissions (:func:`specrl.profile.freshness.prefill_ratio`)."""
+    surrogate_draw_std: float = math.nan
+    """How far one draw of the traces' requests moves the live acceptance mean if the
+    surrogate is right: the standard deviation of the surrogate's per-episode means (steps
+    by rows) over the square root of the number of traces. Live replays each trace's
+    requests, one draw of their acceptance, however many repeats it plays; each surrogate
+    seed draws the levels afresh. NaN when not computed."""
 
     @property
     def ratio(self) -> float:
@@ -75,6 +81,13 @@ class Comparison:
             abs(self.live_acceptance_mean - self.surrogate_acceptance_mean),
             abs(self.live_acceptance_std - self.surrogate_acceptance_std),
         )
+
+    @property
+    def gap_in_draws(self) -> float:
+        """The mean gap over :attr:`surrogate_draw_std`: within about 2, one draw of the
+        traces' requests explains it."""
+        gap = abs(self.live_acceptance_mean - self.surrogate_acceptance_mean)
+        return _over(gap, self.surrogate_draw_std) if gap else 0.0
 
     @property
     def decode_ratio(self) -> float:
@@ -214,6 +227,7 @@ def compare_runs(
                 *_acceptance_stats(live),
                 *_acceptance_stats(sims),
                 trace=trace,
+                surrogate_draw_std=_draw_std(sims, len(surrogates)),
                 live_decode_s=_mean_part(live, decode=True),
                 surrogate_decode_s=_mean_part(sims, decode=True),
                 live_prefill_s=_mean_part(live, decode=False),
@@ -249,12 +263,22 @@ def _acceptance_stats(results) -> tuple[float, float]:
     return mean, float(np.sqrt(np.average((values - mean) ** 2, weights=weights)))
 
 
+def _draw_std(results, traces: int) -> float:
+    """Standard deviation (ddof 1) of the episodes' own means (:func:`_acceptance_stats`)
+    over ``sqrt(traces)``; NaN with fewer than two episodes."""
+    if len(results) < 2:
+        return math.nan
+    means = [_acceptance_stats([r])[0] for r in results]
+    return float(np.std(means, ddof=1) / math.sqrt(traces))
+
+
 def _acceptance_cells(r: Comparison) -> str:
     if not r.observed:
         return "- | -"
+    draw = "" if math.isnan(r.surrogate_draw_std) else f" (one draw ± {r.surrogate_draw_std:.3f})"
     return (
         f"{r.live_acceptance_mean:.3f} ± {r.live_acceptance_std:.3f} | "
-        f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f}"
+        f"{r.surrogate_acceptance_mean:.3f} ± {r.surrogate_acceptance_std:.3f}{draw}"
     )
 
 

@@ -133,6 +133,41 @@ def test_acceptance_line_counts_drafting_runs_and_names_the_misses():
     )
 
 
+def test_acceptance_line_says_which_misses_one_draw_of_the_trace_explains():
+    """A miss in the mean within 2 draw std of the surrogate is named as one draw's; a miss
+    beyond it, or in the std, is not."""
+    from specrl.cli.validate_surrogate import acceptance_line
+    from specrl.envs.sim2real import Comparison
+
+    def row(policy, live_mean, sim_mean, draw, sim_std=0.10):
+        return Comparison(
+            policy,
+            1.0,
+            1.0,
+            live_mean,
+            0.10,
+            sim_mean,
+            sim_std,
+            trace="mixed",
+            surrogate_draw_std=draw,
+        )
+
+    rows = [
+        row("a", 0.716, 0.777, 0.04),  # 1.5 draw std
+        row("b", 0.60, 0.70, 0.04),  # 2.5 draw std
+        row("c", 0.70, 0.72, 0.04, sim_std=0.2),  # the std is off
+        row("d", 0.70, 0.72, 0.04),
+    ]
+    assert rows[0].gap_in_draws == pytest.approx(0.061 / 0.04)
+    assert acceptance_line(rows) == (
+        "acceptance observation (mean and std) within 0.05 for 1 of 4 policy runs that drafted"
+        "; outside: mixed/a 0.061 (mean gap 1.5 draw std), mixed/b 0.100 (mean gap 2.5 draw "
+        "std), mixed/c 0.100 (mean gap 0.5 draw std). 1 of these 3 are within 2 draw std of "
+        "the surrogate's mean: one draw of the trace's requests explains them, so pool more "
+        "draws (--trace-seeds) before reading them as the surrogate's error"
+    )
+
+
 def test_bench_surrogate_prints_steps_per_second(tmp_path, capsys):
     from specrl.cli import main
 
@@ -288,8 +323,12 @@ def test_compare_runs_pools_every_trace_draw():
     assert row.surrogate_acceptance_std == pytest.approx(
         np.sqrt(((steps - mean) ** 2 * rows).sum() / rows.sum())
     )
+    means = [np.average(r.step_acceptance, weights=r.step_batch) for r in sims]
+    assert len(set(means)) > 1
+    assert row.surrogate_draw_std == pytest.approx(np.std(means, ddof=1) / np.sqrt(2))
     (one,) = compare_runs(live, envs[0], [policy], surrogate_seeds=2)
     assert one.surrogate_tokens_per_s != pytest.approx(row.surrogate_tokens_per_s)
+    assert one.surrogate_draw_std == pytest.approx(np.std(means[:2], ddof=1))
 
 
 def test_validate_surrogate_trace_seeds_draw_presets_and_refuse_a_trace_file(tmp_path, capsys):

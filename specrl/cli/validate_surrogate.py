@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from specrl import options
 from specrl.errors import SpecrlError
@@ -12,6 +13,9 @@ from specrl.workload import load_trace, preset_trace
 from specrl.workload.prompts import token_streams
 
 SIM2REAL_POLICIES = ("off", "fixed:2", "fixed:4", "threshold:4:8", "goodput")
+DRAW_SPREAD = 2.0
+"""A mean gap within this many draw std (``Comparison.surrogate_draw_std``) is what one draw
+of the trace's requests can show (about 95% of draws, were the surrogate right)."""
 SIM2REAL_TRACES = (("mixed", 256, 128), ("steady-8", 64, 8), ("steady-64", 256, 64))
 """(preset, requests, peak): a sampled mixed day, and two steady loads at both ends of the
 grid (ramp alone is mostly small batches and hides errors at the top)."""
@@ -309,9 +313,27 @@ def acceptance_line(rows, tolerance: float = 0.05) -> str:
         line += f" ({unobserved} never drafted: no observation to compare)"
     if out:
         line += "; outside: " + ", ".join(
-            f"{r.trace}/{r.policy} {r.acceptance_gap:.3f}" for r in out
+            f"{r.trace}/{r.policy} {r.acceptance_gap:.3f}" + _in_draws(r) for r in out
         )
+        drawn = [
+            r
+            for r in out
+            if abs(r.live_acceptance_std - r.surrogate_acceptance_std) <= tolerance
+            and r.gap_in_draws <= DRAW_SPREAD
+        ]
+        if drawn:
+            line += (
+                f". {len(drawn)} of these {len(out)} are within {DRAW_SPREAD:g} draw std of "
+                "the surrogate's mean: one draw of the trace's requests explains them, so "
+                "pool more draws (--trace-seeds) before reading them as the surrogate's error"
+            )
     return line
+
+
+def _in_draws(r) -> str:
+    """ " (mean gap 1.2 draw std)", or nothing where the draw spread was not computed."""
+    ratio = r.gap_in_draws
+    return "" if math.isnan(ratio) else f" (mean gap {ratio:.1f} draw std)"
 
 
 def _in_band(rows, ratio: str, what: str) -> str:
