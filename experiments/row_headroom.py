@@ -43,6 +43,9 @@ MODES = ("per-row", "pooled", "truth")
 FRESH_SEED = 60_000
 """Seeds no job of specrl.seeds uses (as experiments/table_headroom.py)."""
 WORKLOADS = ("ramp", "day", "mixed", "bursts")
+MIN_HEADROOM = 0.005
+"""Below this gain of the oracle over the engineer no share of it is printed: a few
+episodes do not resolve it."""
 
 
 @dataclass
@@ -256,8 +259,10 @@ def run(args: Args) -> dict:
         headroom = ratios["truth"] - 1.0
         words = [f"oracle {ratios['truth']:.4f}x"]
         for mode in [m for m in ("per-row", "pooled", "table") if m in ratios]:
-            share = (ratios[mode] - 1.0) / headroom if headroom > 0.005 else float("nan")
-            words.append(f"{mode} {ratios[mode]:.4f}x ({share:.0%})")
+            share = f" ({(ratios[mode] - 1.0) / headroom:.0%})" if headroom > MIN_HEADROOM else ""
+            words.append(f"{mode} {ratios[mode]:.4f}x{share}")
+        if headroom <= MIN_HEADROOM:
+            words.append(f"the oracle's headroom under {MIN_HEADROOM:.1%}: no share")
         print(f"{workload}: " + ", ".join(words), flush=True)
         out[workload] = ratios
     return out
