@@ -17,6 +17,12 @@ rule runs from estimates a serving engine could keep:
   per-row ones, as a table indexed by batch size and one acceptance figure reads the batch.
   It expects the same tokens as ``per-row`` wherever every row drafts K; the two differ only
   where rows near their last token draft fewer.
+* ``pooled-scalar``: the pooled curve squeezed to one per-token acceptance ``a`` (the curve
+  ``a, a^2, ...`` with the same accepted / drafted at K max): the figure the observation's
+  acceptance axis is.
+* ``ema-scalar``: the same from the observation's own estimate (the batch's EMA over the
+  steps that drafted; the pooled figure while it is stale). Against ``pooled-scalar`` it
+  says what the estimate costs, with the figure's form held.
 * ``truth``: the rule from the true levels: the myopic oracle, computed by this script's
   rule (it picks ``oracle_k``'s K at every step; tests/test_experiments.py checks it).
 
@@ -29,6 +35,7 @@ below 1 discounts older runs).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from typing import Annotated
@@ -39,7 +46,7 @@ from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.options import SEED, float_in, positive_int, workload_preset
 from specrl.policies.base import KPolicy
 
-MODES = ("per-row", "pooled", "truth")
+MODES = ("per-row", "pooled", "pooled-scalar", "ema-scalar", "truth")
 FRESH_SEED = 60_000
 """Seeds no job of specrl.seeds uses (as experiments/table_headroom.py)."""
 WORKLOADS = ("ramp", "day", "mixed", "bursts")
@@ -62,8 +69,20 @@ class Args:
     """Fresh episodes per workload (seeds seed..seed+episodes-1)."""
     forget: Annotated[float, value(float_in(0.5, 1.0))] = 1.0
     """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
+    modes: Annotated[tuple[str, ...], comma_list(_mode)] = ("per-row", "pooled")
+    """Estimates the rule runs from, besides the truth (per-row, pooled, pooled-scalar,
+    ema-scalar)."""
     table: str = ""
     """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
+
+
+def _mode(text: str) -> str:
+    if text not in MODES or text == "truth":
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(MODES[:-1])}, got {text!r}")
+    return text
+
+
+_mode.wanted = "a mode"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +187,16 @@ class RowEstimateRule(KPolicy):
             return np.array([0])
         if self.mode == "pooled":
             survive = [np.mean(survive, axis=0)] * len(survive)
+        elif self.mode == "pooled-scalar":
+            survive = [scalar_survival(np.mean(survive, axis=0))] * len(survive)
+        elif self.mode == "ema-scalar":
+            tracker = e.acceptance
+            if tracker.measured and tracker.staleness < 1.0:
+                a = tracker.estimate
+                curve = a ** np.arange(1, e.k_max + 1)
+            else:  # nothing measured lately: the pooled estimate's, as the table probes
+                curve = scalar_survival(np.mean(survive, axis=0))
+            survive = [curve] * len(survive)
         self._last_k = best_k(e, np.array(survive), np.array(left), int(max(ctx)))
         return np.array([self._last_k])
 
@@ -189,6 +218,18 @@ class RowEstimateRule(KPolicy):
         if not survive:
             return 0
         return best_k(e, np.array(survive), np.array(left), int(max(ctx)))
+
+
+def scalar_survival(curve: np.ndarray) -> np.ndarray:
+    """The curve ``a, a^2, ..., a^k`` of one per-token acceptance ``a`` with the same
+    accepted / drafted at ``k = len(curve)`` as ``curve`` (survival of positions 1..k):
+    the one-figure acceptance the observation carries
+    (:func:`~specrl.features.conditional_acceptance`)."""
+    from specrl.features import conditional_acceptance
+
+    k = len(curve)
+    a = conditional_acceptance(float(np.sum(curve)) / k, k)
+    return a ** np.arange(1, k + 1)
 
 
 def best_k(env, survive: np.ndarray, left: np.ndarray, max_ctx: int) -> int:
@@ -252,13 +293,13 @@ def run(args: Args) -> dict:
                 fresh.play_policy(lambda e, m=mode: RowEstimateRule(e, m, args.forget))
             )
             / engineer
-            for mode in ("truth", "per-row", "pooled")
+            for mode in ("truth", *args.modes)
         }
         if args.table:
             ratios["table"] = fresh.score_table(table) / engineer
         headroom = ratios["truth"] - 1.0
         words = [f"oracle {ratios['truth']:.4f}x"]
-        for mode in [m for m in ("per-row", "pooled", "table") if m in ratios]:
+        for mode in [m for m in ratios if m != "truth"]:
             share = f" ({(ratios[mode] - 1.0) / headroom:.0%})" if headroom > MIN_HEADROOM else ""
             words.append(f"{mode} {ratios[mode]:.4f}x{share}")
         if headroom <= MIN_HEADROOM:

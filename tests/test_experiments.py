@@ -381,3 +381,15 @@ def test_row_headroom_truth_rule_picks_the_oracles_k_at_every_step():
         _, _, terminated, truncated, _ = env.step(k)
         done = terminated or truncated
     assert len(set(picked)) > 1  # the check saw more than one decision
+
+
+def test_row_headroom_scalar_curve_keeps_the_accepted_per_drafted():
+    """The one-figure curve a, a^2, ... drafts as many accepted tokens at K max as the curve it
+    stands for, and a curve that is already one figure's comes back unchanged."""
+    module = load("row_headroom")
+    curve = np.array([0.9, 0.7, 0.45, 0.3])
+    flat = module.scalar_survival(curve)
+    assert flat.sum() == pytest.approx(curve.sum())
+    assert flat[1] == pytest.approx(flat[0] ** 2) and flat[3] == pytest.approx(flat[0] ** 4)
+    geometric = 0.8 ** np.arange(1, 5)
+    assert module.scalar_survival(geometric) == pytest.approx(geometric)
