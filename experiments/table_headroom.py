@@ -16,7 +16,8 @@ the very episodes it is judged on, and whether that survives fresh episodes.
    ``--fresh-episodes``), with the ratio per episode.
 
 Prints each step; the oracle reads every request's true acceptance, which a table's
-observation (the batch's acceptance estimate) does not carry.
+observation (the batch's acceptance estimate) does not carry; experiments/row_headroom.py
+measures what each request's own accepted runs carry.
 """
 
 from __future__ import annotations
