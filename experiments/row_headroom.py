@@ -23,6 +23,10 @@ rule runs from estimates a serving engine could keep:
 * ``ema-scalar``: the same from the observation's own estimate (the batch's EMA over the
   steps that drafted; the pooled figure while it is stale). Against ``pooled-scalar`` it
   says what the estimate costs, with the figure's form held.
+* ``counts-scalar``: one figure from counts alone, no profile: each request's accepted
+  tokens over its accepted tokens plus rejections, shrunk toward the episode's figure so far
+  (:data:`COUNT_PRIOR`), the mean over the rows the step decodes. What a serving stack could
+  keep without a profile.
 * ``truth``: the rule from the true levels: the myopic oracle, computed by this script's
   rule (it picks ``oracle_k``'s K at every step; tests/test_experiments.py checks it).
 
@@ -46,7 +50,9 @@ from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.options import SEED, float_in, positive_int, workload_preset
 from specrl.policies.base import KPolicy
 
-MODES = ("per-row", "pooled", "pooled-scalar", "ema-scalar", "truth")
+MODES = ("per-row", "pooled", "pooled-scalar", "ema-scalar", "counts-scalar", "truth")
+COUNT_PRIOR = 16.0
+"""``counts-scalar``: a request's prior weighs as this many accept-or-reject trials."""
 FRESH_SEED = 60_000
 """Seeds no job of specrl.seeds uses (as experiments/table_headroom.py)."""
 WORKLOADS = ("ramp", "day", "mixed", "bursts")
@@ -71,7 +77,7 @@ class Args:
     """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
     modes: Annotated[tuple[str, ...], comma_list(_mode)] = ("per-row", "pooled")
     """Estimates the rule runs from, besides the truth (per-row, pooled, pooled-scalar,
-    ema-scalar)."""
+    ema-scalar, counts-scalar)."""
     table: str = ""
     """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
 
@@ -131,6 +137,8 @@ class RowEstimateRule(KPolicy):
             )
             self._candidates[g] = (cg, cl, prior)
         self._rows: dict[int, tuple[np.ndarray, int]] = {}
+        self._counts: dict[int, list[int]] = {}
+        self._totals = [0, 0]
         self._last_k = 0
 
     def _rates(self, group: int, generated: int, k: int) -> np.ndarray:
@@ -149,6 +157,12 @@ class RowEstimateRule(KPolicy):
             log_post, before = self._rows[request]
             drafted = min(k, int(e._left[i]) + (now - before) - 1)
             if drafted > 0 and now > before:
+                accepted = now - before - 1
+                counts = self._counts.setdefault(request, [0, 0])
+                counts[0] += accepted
+                counts[1] += accepted < drafted
+                self._totals[0] += accepted
+                self._totals[1] += accepted < drafted
                 seen = run_log_likelihood(
                     self._rates(group, before, drafted), now - before - 1, drafted
                 )
@@ -164,7 +178,7 @@ class RowEstimateRule(KPolicy):
     def _act(self, rows, starts):
         e = self.env
         if starts[0]:
-            self._rows, self._last_k = {}, 0
+            self._rows, self._counts, self._totals, self._last_k = {}, {}, [0, 0], 0
         if self.mode == "truth":
             if e._n and e._level_grid is not None:
                 e._drift_levels()  # as oracle_k does: the levels up to the tokens generated
@@ -185,7 +199,9 @@ class RowEstimateRule(KPolicy):
         if not survive:
             self._last_k = 0
             return np.array([0])
-        if self.mode == "pooled":
+        if self.mode == "counts-scalar":
+            survive = [self._counts_curve(e, n0, len(survive))] * len(survive)
+        elif self.mode == "pooled":
             survive = [np.mean(survive, axis=0)] * len(survive)
         elif self.mode == "pooled-scalar":
             survive = [scalar_survival(np.mean(survive, axis=0))] * len(survive)
@@ -199,6 +215,21 @@ class RowEstimateRule(KPolicy):
             survive = [curve] * len(survive)
         self._last_k = best_k(e, np.array(survive), np.array(left), int(max(ctx)))
         return np.array([self._last_k])
+
+    def _counts_curve(self, e, running: int, rows: int) -> np.ndarray:
+        """``a, a^2, ...`` from counts alone (no profile): each running request's ``a`` is
+        its accepted tokens over accepted tokens plus rejections (the estimate of a constant
+        per-token acceptance from truncated geometric runs), shrunk toward the episode's
+        figure so far by :data:`COUNT_PRIOR` trials; a request not yet drafted has the
+        episode's figure; ``a`` is the mean over the ``rows`` the step decodes."""
+        total_a, total_r = self._totals
+        a0 = (total_a + 0.5) / (total_a + total_r + 1.0)
+        values = []
+        for i in range(running):
+            acc, rej = self._counts.get(int(e._index[i]), (0, 0))
+            values.append((acc + COUNT_PRIOR * a0) / (acc + rej + COUNT_PRIOR))
+        values += [a0] * (rows - running)
+        return float(np.mean(values)) ** np.arange(1, e.k_max + 1)
 
     def true_k(self) -> int:
         """The rule's K from every row's true level (the levels as they stand: drifted by
