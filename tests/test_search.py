@@ -194,3 +194,11 @@ def test_two_workloads_of_one_name_each_keep_their_engineer():
     objective = VersusEngineer(scorer, k_max=3, max_batch=16)
     assert list(objective.engineers) == ["ramp (1)", "ramp (2)"]
     assert len(objective.ratios(np.full(17, 1))) == 2
+
+
+def test_own_start_names_use_the_possessive():
+    from specrl.train.search import own_start_name
+
+    assert own_start_name("mixed", "sweep") == "mixed's sweep"
+    assert own_start_name("bursts", "threshold") == "bursts' threshold"
+    assert own_start_name("bursts (2)", "sweep") == "bursts (2)'s sweep"

@@ -343,6 +343,13 @@ class VersusEngineer:
         return WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
 
 
+def own_start_name(workload: str, method: str) -> str:
+    """A search start named for the workload whose engineer tuned it: ``"mixed's sweep"``,
+    ``"bursts' threshold"``."""
+    mark = "'" if workload.endswith("s") else "'s"
+    return f"{workload}{mark} {method}"
+
+
 def _labels(envs) -> list[str]:
     """Each env's workload name, numbered where two share one (two trace files of one name)."""
     names = [workload_name(env) for env in envs]
@@ -636,7 +643,7 @@ def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) ->
             key = np.asarray(d)[1:].tobytes()
             if key not in seen:
                 seen.append(key)
-                out[f"{workload}'s {method} {how}".strip()] = d
+                out[f"{own_start_name(workload, method)} {how}".strip()] = d
     return out
 
 

@@ -53,6 +53,7 @@ from specrl.table import KTable, table_from_json
 from specrl.train.search import (
     MIN_MOVE_GAIN,
     VersusEngineer,
+    own_start_name,
     relative_objective,
     search_buckets,
 )
@@ -230,7 +231,7 @@ def best_table(
     for workload, (method, dense) in tune.engineers.items():  # each workload's own
         grid = TableGrid.constant(dense, table)
         if not any(grid.same(g) for g in starts.values()):
-            starts[f"{workload}'s {method}"] = grid
+            starts[own_start_name(workload, method)] = grid
     tables = {name: g.table() for name, g in starts.items()}
     both.prefetch(list(tables.values()))
     scores = {name: both.score(t) for name, t in tables.items()}
