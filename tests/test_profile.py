@@ -175,6 +175,14 @@ def _bad(tmp_path, edit) -> str:
             lambda p: p.update(cell_s=_cells(0.01), cell_spread=_cells(-0.1)),
             r"cell_spread\[0\]\[0\]: expected a finite number >= 0, got -0\.1",
         ),
+        (
+            lambda p: p.update(cell_prefill={"tokens": [16.0, 8.0], "seconds": [0.1, 0.2]}),
+            r"cell_prefill\.tokens: must be sorted ascending",
+        ),
+        (
+            lambda p: p.update(cell_prefill={"tokens": [16.0], "seconds": [-1.0]}),
+            r"cell_prefill\.seconds\[0\]: expected a finite number >= 0, got -1\.0",
+        ),
     ],
 )
 def test_malformed_profile_is_rejected_naming_file_and_field(tmp_path, edit, message):
@@ -525,6 +533,32 @@ def test_speed_matched_scales_prefill_by_the_median_of_the_checked_admissions():
     assert prefill_ratio([FreshnessReport(cells)]) is None
 
 
+def test_the_check_sets_admissions_against_the_profiles_own_cell_admissions():
+    """With ``cell_prefill`` the check reads the profile's cell admissions, not the pooled
+    prefill table; without it (an older profile), the table. Speed-matching scales both."""
+    from specrl.profile.freshness import (
+        CellCheck,
+        FreshnessReport,
+        PrefillCheck,
+        profile_admission_s,
+        profile_prefill_s,
+        speed_matched,
+    )
+    from specrl.profile.synthetic import linear_profile
+
+    profile = linear_profile()
+    assert profile.cell_prefill is None
+    assert profile_admission_s(profile, 40) == profile_prefill_s(profile, 40)
+    profile.cell_prefill = {"tokens": [16.0, 64.0], "seconds": [0.004, 0.010]}
+    assert profile_admission_s(profile, 16) == pytest.approx(0.004)
+    assert profile_admission_s(profile, 40) == pytest.approx(0.007)  # between the points
+    assert profile_admission_s(profile, 16) != pytest.approx(profile_prefill_s(profile, 16))
+    cells = [CellCheck(b, k, 1.0, 1.0) for b in (1, 8) for k in (0, 4)]
+    out = speed_matched(profile, [FreshnessReport(cells, [PrefillCheck(16, 0.004, 0.002)])])
+    assert out.cell_prefill["seconds"] == pytest.approx([0.002, 0.005])
+    assert out.prefill["seconds"] == pytest.approx([0.5 * t for t in profile.prefill["seconds"]])
+
+
 def test_cost_points_are_medians_made_non_decreasing():
     from specrl.profile.tables import _monotone_points
 
@@ -688,10 +722,14 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
     assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8) for k in range(3)]
     assert all(c.ratio == 1.0 for c in report.cells) and report.fresh
     assert report.first_pass is None  # fresh at once: timed once
-    # Each cell's admission, the sample the profile's prefill point at rows x prompt came from.
+    # Each cell's admission, the sample the profile's prefill point at rows x prompt came from,
+    # set against the profile's own admission of that cell: the same sample, so exactly 1.
     admissions = [(b * 8, timed[0].cells[b, 8][0]["prefill"]) for b in (1, 8)]
     assert [(c.tokens, c.measured_s) for c in report.prefill] == admissions
-    assert all(c.profile_s > 0 for c in report.prefill)
+    assert [c.profile_s for c in report.prefill] == [s for _, s in admissions]
+    assert all(c.ratio == 1.0 for c in report.prefill)
+    # ... while the prefill table pools those admissions with the small admissions.
+    assert profile.cell_prefill["tokens"] == sorted({b * c for b in (1, 2, 8) for c in (8, 40)})
     shown = report.format().splitlines()[-1]
     assert shown.startswith("prefill, each cell's admission now / profile")
     assert shown.endswith(f"64 tokens {report.prefill[1].ratio:.2f}")

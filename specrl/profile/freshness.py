@@ -105,7 +105,8 @@ class CellCheck:
 @dataclass
 class PrefillCheck:
     """One timed cell's admission (its first step): the prefill of ``tokens`` padded prompt
-    tokens (rows x prompt length), beside the profile's prefill table there. It does not
+    tokens (rows x prompt length), beside the profile's own admission of that cell
+    (``cell_prefill``; in a profile without it, the prefill table there). It does not
     decide freshness (one sample a cell); :func:`speed_matched` reads its ratio."""
 
     tokens: int
@@ -253,7 +254,7 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
         admission, decode = cells[b, context][0], cells[b, context][1:]
         tokens = b * context  # as the profile keys a cell's admission (tables.tabulate)
         report.prefill.append(
-            PrefillCheck(tokens, profile_prefill_s(profile, tokens), admission["prefill"])
+            PrefillCheck(tokens, profile_admission_s(profile, tokens), admission["prefill"])
         )
         medians, _ = cell_statistics(decode, profile.k_max)
         for k in ks:
@@ -271,6 +272,17 @@ def profile_prefill_s(profile, tokens: int) -> float:
     """The profile's prefill seconds at ``tokens`` padded tokens, as the surrogate reads its
     table (:func:`specrl.profile.costs.points_seconds`)."""
     return points_seconds(profile.prefill, tokens)
+
+
+def profile_admission_s(profile, tokens: int) -> float:
+    """The profile's own timing-cell admission at ``tokens`` padded tokens
+    (``cell_prefill``), which the check's cells repeat; the prefill table
+    (:func:`profile_prefill_s`) in a profile from before it was kept. The table pools the
+    cells' admissions with the small admissions of served traffic, a different procedure
+    (docs/profile.md), so a check set against it would read the difference as drift."""
+    if profile.cell_prefill is not None:
+        return points_seconds(profile.cell_prefill, tokens)
+    return profile_prefill_s(profile, tokens)
 
 
 def prefill_ratio(reports: list[FreshnessReport]) -> float | None:
@@ -297,8 +309,9 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     ``reports`` measured: each checked cell's median ratio (:func:`speed_ratios`), linear in
     log batch size between the checked sizes (held flat past them); a K the checks did not
     time takes the line between K=0 and K=k_max. The prefill table is scaled by the median
-    ratio of the checked cells' admissions (:func:`prefill_ratio`) where the checks timed
-    any; the draft's catch-up, which the check does not time apart, stays as measured.
+    ratio of the checked cells' admissions to the profile's own (:func:`prefill_ratio`,
+    :func:`profile_admission_s`) where the checks timed any; the draft's catch-up, which the
+    check does not time apart, stays as measured.
 
     Why: on a shared machine the same cells drift between profiles an hour apart, the
     memory-bound K=0 step more than the K>0 steps (docs/profile.md: by how much), so a live run
@@ -331,6 +344,11 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     prefill = prefill_ratio(reports)
     if prefill is not None:
         out.prefill = {**out.prefill, "seconds": [t * prefill for t in out.prefill["seconds"]]}
+        if out.cell_prefill is not None:
+            out.cell_prefill = {
+                **out.cell_prefill,
+                "seconds": [t * prefill for t in out.cell_prefill["seconds"]],
+            }
     out.meta = {
         **out.meta,
         "speed_matched": {

@@ -43,6 +43,11 @@ one busy moment on a shared machine would drag a mean of three samples far off):
   (:func:`specrl.profile.timing.cell_statistics`). The freshness check rebuilds those cells
   row for row and compares its own medians with these, within a tolerance set by the
   spread (:mod:`specrl.profile.freshness`).
+* ``cell_prefill`` (optional): ``{"tokens": [...], "seconds": [...]}``: each timing cell's
+  admission (its first step: rows x context padded tokens) as measured, the median at each
+  token count, before ``prefill`` pools it with the small admissions. The freshness check
+  times the same admissions and compares them with these, so that it compares one
+  procedure with itself (:mod:`specrl.profile.freshness`).
 * ``tokens_per_s[b][k]``: goodput from the measurements: ``b * E(K)`` committed tokens per
   step (``E`` from the measured acceptance, averaged over the domains) over the step time
   at ``contexts[0]`` (the README's table). Per-step committed counts at small batch are too
@@ -62,7 +67,7 @@ from specrl.workload.trace import SAMPLING_CONFIGS, known_domains
 from specrl.workload.trace_file import check_known_keys
 
 PROFILE_FORMAT = "specrl-profile"
-OPTIONAL_FIELDS = ("meta", "cell_s", "cell_spread", "level_drift")
+OPTIONAL_FIELDS = ("meta", "cell_s", "cell_spread", "level_drift", "cell_prefill")
 PROFILE_VERSION = 3
 """3: acceptance per domain and temperature band, per-request levels (``request_levels``);
 batch grid to 128. 2: acceptance by output position; the prefill commits the first token."""
@@ -89,6 +94,8 @@ class Profile:
     cell_s: list[list[float]] | None = None
     """Optional (None: a profile from before they were kept); see the module."""
     cell_spread: list[list[float]] | None = None
+    cell_prefill: dict | None = None
+    """Optional (None: a profile from before it was kept); see the module."""
     level_drift: dict[str, dict[str, dict[str, float]]] | None = None
     """Optional (None: fixed levels); see the module."""
 
@@ -243,6 +250,9 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         )
     if cell_s is not None:
         _check_cells(cell_s, cell_spread, shape[:2], source)
+    cell_prefill = obj.get("cell_prefill")
+    if cell_prefill is not None:
+        _check_points(cell_prefill, f"{source}.cell_prefill")
     drift = obj.get("level_drift")
     if drift is not None:
         _check_drift(drift, set(obj["acceptance"]), bands, f"{source}.level_drift")
@@ -256,6 +266,7 @@ def profile_from_json(obj, source: str = "profile") -> Profile:
         level_drift=drift,
         cell_s=cell_s,
         cell_spread=cell_spread,
+        cell_prefill=cell_prefill,
     )
 
 

@@ -79,6 +79,7 @@ def tabulate(
         tokens_per_s=_tokens_per_s(acceptance["acceptance"], step, batch_sizes).tolist(),
         level_drift=acceptance["level_drift"],
         cell_s=cells and [medians for medians, _ in cells],
+        cell_prefill=_median_points(prefill),
         cell_spread=cells and [spreads for _, spreads in cells],
     )
 
@@ -154,6 +155,16 @@ def _pava(y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
 
 def _monotone(table: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(_pava, axis, table)
+
+
+def _median_points(pairs: list[tuple[float, float]]) -> dict:
+    """Seconds by padded tokens: the median at each measured token count, as measured (not
+    made monotone, nothing pooled across token counts)."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for x, y in pairs:
+        by_x[float(x)].append(float(y))
+    xs = sorted(by_x)
+    return {"tokens": xs, "seconds": [float(np.median(by_x[x])) for x in xs]}
 
 
 def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
