@@ -157,25 +157,27 @@ def _monotone(table: np.ndarray, axis: int) -> np.ndarray:
     return np.apply_along_axis(_pava, axis, table)
 
 
+def _by_tokens(pairs: list[tuple[float, float]]) -> dict[float, list[float]]:
+    """The seconds measured at each padded token count, the counts in ascending order."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for x, y in pairs:
+        by_x[float(x)].append(float(y))
+    return {x: by_x[x] for x in sorted(by_x)}
+
+
 def _median_points(pairs: list[tuple[float, float]]) -> dict:
     """Seconds by padded tokens: the median at each measured token count, as measured (not
     made monotone, nothing pooled across token counts)."""
-    by_x: dict[float, list[float]] = defaultdict(list)
-    for x, y in pairs:
-        by_x[float(x)].append(float(y))
-    xs = sorted(by_x)
-    return {"tokens": xs, "seconds": [float(np.median(by_x[x])) for x in xs]}
+    by_x = _by_tokens(pairs)
+    return {"tokens": list(by_x), "seconds": [float(np.median(ys)) for ys in by_x.values()]}
 
 
 def _monotone_points(pairs: list[tuple[float, float]]) -> dict:
-    """Seconds by padded tokens: the median at each measured token count, made
-    non-decreasing (pool adjacent violators, weighted by samples). No line through
-    everything: served traffic's small admissions (one request joining a batch) cost a
-    forward's fixed time that a line fitted to large prefills underestimates."""
-    by_x: dict[float, list[float]] = defaultdict(list)
-    for x, y in pairs:
-        by_x[float(x)].append(float(y))
-    xs = sorted(by_x)
-    medians = [float(np.median(by_x[x])) for x in xs]
-    fitted = _pava(np.array(medians), np.array([len(by_x[x]) for x in xs])).tolist()
-    return {"tokens": xs, "seconds": fitted}
+    """Seconds by padded tokens: :func:`_median_points` made non-decreasing (pool adjacent
+    violators, weighted by samples). No line through everything: served traffic's small
+    admissions (one request joining a batch) cost a forward's fixed time that a line fitted
+    to large prefills underestimates."""
+    by_x = _by_tokens(pairs)
+    medians = np.array([np.median(ys) for ys in by_x.values()])
+    fitted = _pava(medians, np.array([len(ys) for ys in by_x.values()])).tolist()
+    return {"tokens": list(by_x), "seconds": fitted}
