@@ -343,12 +343,9 @@ def speed_matched(profile, reports: list[FreshnessReport]):
             out.tokens_per_s[bi][k] /= r
     prefill = prefill_ratio(reports)
     if prefill is not None:
-        out.prefill = {**out.prefill, "seconds": [t * prefill for t in out.prefill["seconds"]]}
+        out.prefill = _scaled(out.prefill, prefill)
         if out.cell_prefill is not None:
-            out.cell_prefill = {
-                **out.cell_prefill,
-                "seconds": [t * prefill for t in out.cell_prefill["seconds"]],
-            }
+            out.cell_prefill = _scaled(out.cell_prefill, prefill)
     out.meta = {
         **out.meta,
         "speed_matched": {
@@ -358,6 +355,11 @@ def speed_matched(profile, reports: list[FreshnessReport]):
         },
     }
     return out
+
+
+def _scaled(points: dict, ratio: float) -> dict:
+    """``{"tokens", "seconds"}`` points with every time multiplied by ``ratio``."""
+    return {**points, "seconds": [t * ratio for t in points["seconds"]]}
 
 
 def enforce_freshness(
