@@ -439,31 +439,38 @@ class SurrogateSpecEnv(SpecEnvBase):
         n0 = self._n
         if n0 and self._level_grid is not None:
             self._drift_levels()
-        free = max(0, self.max_batch - n0)
-        incoming = list(self._waiting)[:free]
-        group = self._group[:n0]
-        level = self._level[:n0]
-        generated = self._generated[:n0]
-        left = self._left[:n0]
-        ctx = self._ctx[:n0]
-        if incoming:
-            g, p, o, lv = (np.array(col) for col in list(zip(*incoming))[:4])
-            live = o > 1  # a one-token request leaves on its prefill token
-            group = np.concatenate([group, g[live]])
-            level = np.concatenate([level, lv[live]])
-            generated = np.concatenate([generated, np.ones(int(live.sum()), dtype=np.int64)])
-            left = np.concatenate([left, o[live] - 1])
-            ctx = np.concatenate([ctx, p[live] + 1])
-        n = len(left)
-        if n == 0:
+        g, lv, lf, cx = self._incoming()
+        group = np.concatenate([self._group[:n0], g])
+        level = np.concatenate([self._level[:n0], lv])
+        generated = np.concatenate([self._generated[:n0], np.ones(len(g), dtype=np.int64)])
+        left = np.concatenate([self._left[:n0], lf])
+        ctx = np.concatenate([self._ctx[:n0], cx])
+        if len(left) == 0:
             return 0
-        bucket = int(ctx.max()) // CONTEXT_BUCKET
+        survive = np.cumprod(self._rates(group, level, generated, self.k_max), axis=1)
+        return self._myopic_k(survive, left, int(ctx.max()))
+
+    def _incoming(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The waiting requests the coming step admits and decodes (a one-token request
+        leaves on its prefill token): their group, level, tokens left after the prefill's
+        first token, and context, each ``[m]``."""
+        incoming = list(self._waiting)[: max(0, self.max_batch - self._n)]
+        if not incoming:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, np.zeros(0), empty, empty
+        g, p, o, lv = (np.array(col) for col in list(zip(*incoming))[:4])
+        live = o > 1
+        return g[live], lv[live].astype(np.float64), o[live] - 1, p[live] + 1
+
+    def _myopic_k(self, survive: np.ndarray, left: np.ndarray, max_ctx: int) -> int:
+        """The K with the most expected committed tokens over the step's table seconds, for
+        rows that accept draft positions ``0..j`` with probability ``survive[:, j]``
+        (``[n, k_max]``) and have ``left`` tokens to go (each drafts at most ``left - 1``)."""
+        bucket = max_ctx // CONTEXT_BUCKET
         best_k, best_rate = 0, -1.0
-        if self.k_max:
-            survive = np.cumprod(self._rates(group, level, generated, self.k_max), axis=1)
         for k in range(self.k_max + 1):
-            tokens = n
-            seconds = self._step_s[n][k][bucket]
+            tokens = len(left)
+            seconds = self._step_s[len(left)][k][bucket]
             if k:
                 k_rows = np.minimum(left - 1, k)
                 tokens += float((survive[:, :k] * (self._positions[:k] < k_rows[:, None])).sum())
