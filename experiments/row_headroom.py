@@ -27,8 +27,10 @@ rule runs from estimates a serving engine could keep:
   tokens over its accepted tokens plus rejections, shrunk toward the episode's figure so far
   (:data:`COUNT_PRIOR`), the mean over the rows the step decodes. What a serving stack could
   keep without a profile.
-* ``truth``: the rule from the true levels: the myopic oracle, computed by this script's
-  rule (it picks ``oracle_k``'s K at every step; tests/test_experiments.py checks it).
+* ``truth``: the rule from the true levels: the myopic oracle itself.
+
+Every mode decides with the oracle's own pieces (the surrogate's ``_incoming`` rows and
+``_myopic_k``); only the acceptance they read differs.
 
 Per workload, on fresh seeds (:data:`FRESH_SEED`): tokens/s of each over the engineer (the
 better of ``threshold:tuned`` and ``sweep``, tuned on the workload's tuning seeds), and the
@@ -95,10 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     return script_main(Args, run, argv, __doc__, "row_headroom")
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 def run_log_likelihood(rates: np.ndarray, accepted: int, drafted: int) -> np.ndarray:
     """Log-probability, per candidate, of a row accepting exactly ``accepted`` of its
     ``drafted`` draft tokens: ``rates`` ``[candidates, drafted]`` are the probabilities of
@@ -143,7 +141,7 @@ class RowEstimateRule(KPolicy):
 
     def _rates(self, group: int, generated: int, k: int) -> np.ndarray:
         cg, cl, _ = self._candidates[group]
-        return _sigmoid(self.env._logits[cg, generated, :k] + cl[:, None])
+        return self.env._rates(cg, cl, generated, k)
 
     def _update(self) -> None:
         """Fold the last step's accepted run of every row still running into its posterior."""
@@ -180,22 +178,17 @@ class RowEstimateRule(KPolicy):
         if starts[0]:
             self._rows, self._counts, self._totals, self._last_k = {}, {}, [0, 0], 0
         if self.mode == "truth":
-            if e._n and e._level_grid is not None:
-                e._drift_levels()  # as oracle_k does: the levels up to the tokens generated
-            self._last_k = self.true_k()
+            self._last_k = e.oracle_k()
             return np.array([self._last_k])
         self._update()
         n0 = e._n
+        incoming, _, left_in, ctx_in = e._incoming()
         survive = [
             self._survival(int(e._group[i]), int(e._generated[i]), self._rows[int(e._index[i])][0])
             for i in range(n0)
-        ]
-        left, ctx = list(e._left[:n0]), list(e._ctx[:n0])
-        for group, prompt, out, *_ in list(e._waiting)[: max(0, e.max_batch - n0)]:
-            if out > 1:  # a one-token request leaves on its prefill token
-                survive.append(self._survival(group, 1, self._candidates[group][2]))
-                left.append(out - 1)
-                ctx.append(prompt + 1)
+        ] + [self._survival(int(g), 1, self._candidates[int(g)][2]) for g in incoming]
+        left = np.concatenate([e._left[:n0], left_in])
+        ctx = np.concatenate([e._ctx[:n0], ctx_in])
         if not survive:
             self._last_k = 0
             return np.array([0])
@@ -213,7 +206,7 @@ class RowEstimateRule(KPolicy):
             else:  # nothing measured lately: the pooled estimate's, as the table probes
                 curve = scalar_survival(np.mean(survive, axis=0))
             survive = [curve] * len(survive)
-        self._last_k = best_k(e, np.array(survive), np.array(left), int(max(ctx)))
+        self._last_k = e._myopic_k(np.array(survive), left, int(ctx.max()))
         return np.array([self._last_k])
 
     def _counts_curve(self, e, running: int, rows: int) -> np.ndarray:
@@ -231,25 +224,6 @@ class RowEstimateRule(KPolicy):
         values += [a0] * (rows - running)
         return float(np.mean(values)) ** np.arange(1, e.k_max + 1)
 
-    def true_k(self) -> int:
-        """The rule's K from every row's true level (the levels as they stand: drifted by
-        the caller), the waiting rows' included."""
-        e = self.env
-        n0 = e._n
-        survive = [
-            np.cumprod(_sigmoid(e._logits[e._group[i], e._generated[i], : e.k_max] + e._level[i]))
-            for i in range(n0)
-        ]
-        left, ctx = list(e._left[:n0]), list(e._ctx[:n0])
-        for group, prompt, out, level, *_ in list(e._waiting)[: max(0, e.max_batch - n0)]:
-            if out > 1:
-                survive.append(np.cumprod(_sigmoid(e._logits[group, 1, : e.k_max] + level)))
-                left.append(out - 1)
-                ctx.append(prompt + 1)
-        if not survive:
-            return 0
-        return best_k(e, np.array(survive), np.array(left), int(max(ctx)))
-
 
 def scalar_survival(curve: np.ndarray) -> np.ndarray:
     """The curve ``a, a^2, ..., a^k`` of one per-token acceptance ``a`` with the same
@@ -261,26 +235,6 @@ def scalar_survival(curve: np.ndarray) -> np.ndarray:
     k = len(curve)
     a = conditional_acceptance(float(np.sum(curve)) / k, k)
     return a ** np.arange(1, k + 1)
-
-
-def best_k(env, survive: np.ndarray, left: np.ndarray, max_ctx: int) -> int:
-    """The oracle's choice (``SurrogateSpecEnv.oracle_k``) for rows with survival curves
-    ``survive`` ``[n, k_max]`` and ``left`` tokens to go: argmax over K of expected committed
-    tokens over the step's table seconds."""
-    from specrl.envs.surrogate import CONTEXT_BUCKET
-
-    n, bucket = len(left), max_ctx // CONTEXT_BUCKET
-    best, best_rate = 0, -1.0
-    for k in range(env.k_max + 1):
-        tokens = float(n)
-        if k:
-            k_rows = np.minimum(left - 1, k)
-            tokens += float((survive[:, :k] * (np.arange(k) < k_rows[:, None])).sum())
-        seconds = env._step_s[n][k][bucket]
-        rate = tokens / seconds if seconds > 0 else 0.0
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best
 
 
 def run(args: Args) -> dict:

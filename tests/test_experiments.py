@@ -371,14 +371,14 @@ def test_row_headroom_truth_rule_picks_the_oracles_k_at_every_step():
     env = SurrogateSpecEnv(workload="ramp", workload_kwargs={"peak": 16}, max_batch=16)
     assert env._level_grid is not None  # the shipped profile's levels drift
     rule = module.RowEstimateRule(env, "truth")
-    env.reset(seed=5)
+    obs, _ = env.reset(seed=5)
     picked = []
     done = False
     while not done:
-        k = env.oracle_k()  # drifts the levels first
-        assert rule.true_k() == k
+        k = int(rule.predict(obs)[0])  # drifts the levels first, as the oracle does
+        assert env.oracle_k() == k
         picked.append(k)
-        _, _, terminated, truncated, _ = env.step(k)
+        obs, _, terminated, truncated, _ = env.step(k)
         done = terminated or truncated
     assert len(set(picked)) > 1  # the check saw more than one decision
 
