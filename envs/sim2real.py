@@ -77,10 +77,12 @@ class Comparison:
     def acceptance_gap(self) -> float:
         """The larger of the live/surrogate gaps in the acceptance observation's mean and
         std (steps weighted by rows); the goal is at most 0.05."""
-        return max(
-            abs(self.live_acceptance_mean - self.surrogate_acceptance_mean),
-            abs(self.live_acceptance_std - self.surrogate_acceptance_std),
-        )
+        return max(abs(self.live_acceptance_mean - self.surrogate_acceptance_mean), self.std_gap)
+
+    @property
+    def std_gap(self) -> float:
+        """The live/surrogate gap in the acceptance observation's std (steps by rows)."""
+        return abs(self.live_acceptance_std - self.surrogate_acceptance_std)
 
     @property
     def gap_in_draws(self) -> float:

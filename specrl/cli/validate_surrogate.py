@@ -316,12 +316,7 @@ def acceptance_line(rows, tolerance: float = 0.05) -> str:
         line += "; outside: " + ", ".join(
             f"{r.trace}/{r.policy} {r.acceptance_gap:.3f}" + _in_draws(r) for r in out
         )
-        drawn = [
-            r
-            for r in out
-            if abs(r.live_acceptance_std - r.surrogate_acceptance_std) <= tolerance
-            and r.gap_in_draws <= DRAW_SPREAD
-        ]
+        drawn = [r for r in out if r.std_gap <= tolerance and r.gap_in_draws <= DRAW_SPREAD]
         if drawn:
             line += (
                 f". {len(drawn)} of these {len(out)} are within {DRAW_SPREAD:g} draw std of "
