@@ -77,7 +77,12 @@ class Comparison:
     def acceptance_gap(self) -> float:
         """The larger of the live/surrogate gaps in the acceptance observation's mean and
         std (steps weighted by rows); the goal is at most 0.05."""
-        return max(abs(self.live_acceptance_mean - self.surrogate_acceptance_mean), self.std_gap)
+        return max(self.mean_gap, self.std_gap)
+
+    @property
+    def mean_gap(self) -> float:
+        """The live/surrogate gap in the acceptance observation's mean (steps by rows)."""
+        return abs(self.live_acceptance_mean - self.surrogate_acceptance_mean)
 
     @property
     def std_gap(self) -> float:
@@ -88,8 +93,7 @@ class Comparison:
     def gap_in_draws(self) -> float:
         """The mean gap over :attr:`surrogate_draw_std`: within about 2, one draw of the
         traces' requests explains it."""
-        gap = abs(self.live_acceptance_mean - self.surrogate_acceptance_mean)
-        return _over(gap, self.surrogate_draw_std) if gap else 0.0
+        return _over(self.mean_gap, self.surrogate_draw_std) if self.mean_gap else 0.0
 
     @property
     def decode_ratio(self) -> float:
