@@ -502,8 +502,9 @@ def test_speed_matched_scales_step_times_by_the_checked_ratios():
 
 
 def test_speed_matched_scales_prefill_by_the_median_of_the_checked_admissions():
-    """The admissions the checks timed (one per cell) set the prefill table's scale, their
-    median over every check; the draft's catch-up, not timed apart, stays as measured."""
+    """The admissions the checks timed set the prefill table's scale, their median over
+    every check: those of served size where the checks timed any, else the cells' (one per
+    cell); the draft's catch-up stays as measured."""
     from specrl.profile.freshness import (
         CellCheck,
         FreshnessReport,
@@ -531,6 +532,13 @@ def test_speed_matched_scales_prefill_by_the_median_of_the_checked_admissions():
     assert out.meta["speed_matched"]["prefill_ratio"] == pytest.approx(0.825)
     assert out.step_seconds(0, 0, 0) == pytest.approx(profile.step_seconds(0, 0, 0))
     assert prefill_ratio([FreshnessReport(cells)]) is None
+    # Admissions of served size decide where any were timed, the cells' are then not read.
+    served = [PrefillCheck(40, 0.01, 0.01 * r) for r in (1.1, 0.9, 1.05)]
+    both = [*reports[:2], FreshnessReport(cells, reports[2].prefill, served)]
+    assert prefill_ratio(both) == pytest.approx(1.05)
+    assert speed_matched(profile, both).meta["speed_matched"]["prefill_ratio"] == pytest.approx(
+        1.05
+    )
 
 
 def test_the_check_sets_admissions_against_the_profiles_own_cell_admissions():
@@ -664,7 +672,12 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
 
     # The same rows: every step at the same K, context and committed count.
     assert trajectory(both[2, 8]) == trajectory(alone[2, 8])
-    assert len(both[2, 8]) == 1 + timing.REPLICAS * (1 + 2 * 6)  # admission; catch-up + rounds
+    assert len(both[2, 8]) == timing.REPLICAS * (1 + 2 * 6)  # catch-up + rounds, per replica
+    # Each replica's admission apart from its decode steps: its 2 ragged rows prefilled, the
+    # longest of 8 tokens, the other of 4 to 8.
+    admitted = timed.cell_admissions[2, 8]
+    assert len(admitted) == timing.REPLICAS
+    assert all(s["k"] == 0 and 12 <= s["prefill_tokens"] <= 16 for s in admitted)
     other = time_cells(micro_pair, streams, [(2, 8)], **{**kw, "seed": 8}).cells
     assert trajectory(other[2, 8]) != trajectory(alone[2, 8])
     # Above REPLICA_BATCH (one engine), at the shortest context only, each K>0 is stepped
@@ -672,7 +685,7 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
     large = time_cells(micro_pair, streams, [(9, 8), (9, 24)], **kw).cells
     repeats = timing.LARGE_BATCH_REPEATS
     for context, per_round in ((8, repeats), (24, 1)):
-        decode = large[9, context][1:]
+        decode = large[9, context]
         assert [s["k"] for s in decode] == [2, *timing._round(2, per_round) * 2]
         for k in (1, 2):
             assert len(timing.clean_steps(decode, k)) == 2 * per_round
@@ -712,7 +725,12 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
 
     def replay(pair, streams, keys, **kw):
         asked.append((list(keys), kw["reps"], kw["seed"], kw["warm_up"], kw["large_batch_repeats"]))
-        return timing.TimedCells({key: timed[0].cells[key] for key in keys}, [])
+        t = timed[0]
+        return timing.TimedCells(
+            {key: t.cells[key] for key in keys},
+            {key: t.cell_admissions[key] for key in keys},
+            t.admissions,
+        )
 
     monkeypatch.setattr(freshness, "time_cells", replay)
     report = check_freshness(profile, micro_pair)
@@ -722,15 +740,31 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
     assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8) for k in range(3)]
     assert all(c.ratio == 1.0 for c in report.cells) and report.fresh
     assert report.first_pass is None  # fresh at once: timed once
-    # Each cell's admission, the sample the profile's prefill point at rows x prompt came from,
-    # set against the profile's own admission of that cell: the same sample, so exactly 1.
-    admissions = [(b * 8, timed[0].cells[b, 8][0]["prefill"]) for b in (1, 8)]
+    # Each cell's admission, the median over its replicas (three at these sizes), as the
+    # profile's prefill point at rows x prompt took it, set against the profile's own
+    # admission of that cell: the same samples, so exactly 1.
+    replicas = {b: [s["prefill"] for s in timed[0].cell_admissions[b, 8]] for b in (1, 8)}
+    assert [len(r) for r in replicas.values()] == [timing.REPLICAS] * 2
+    admissions = [(b * 8, float(np.median(replicas[b]))) for b in (1, 8)]
     assert [(c.tokens, c.measured_s) for c in report.prefill] == admissions
-    assert [c.profile_s for c in report.prefill] == [s for _, s in admissions]
-    assert all(c.ratio == 1.0 for c in report.prefill)
+    assert [c.profile_s for c in report.prefill] == pytest.approx([s for _, s in admissions])
+    assert all(c.ratio == pytest.approx(1.0) for c in report.prefill)
     # ... while the prefill table pools those admissions with the small admissions.
     assert profile.cell_prefill["tokens"] == sorted({b * c for b in (1, 2, 8) for c in (8, 40)})
-    shown = report.format().splitlines()[-1]
+    # The admissions of served size, each against the prefill table at its padded tokens.
+    served = [(s["prefill_padded"], s["prefill"]) for s, _ in timed[0].admissions]
+    assert len(served) == 2 * (timing.SMALL_ADMISSIONS + len(timing.GROUP_ADMISSIONS))
+    assert [(c.tokens, c.measured_s) for c in report.admissions] == served
+    assert [c.profile_s for c in report.admissions] == [
+        freshness.profile_prefill_s(profile, t) for t, _ in served
+    ]
+    ratios = [c.ratio for c in report.admissions]
+    assert freshness.prefill_ratio([report]) == pytest.approx(float(np.median(ratios)))
+    *_, line, shown = report.format().splitlines()
+    assert line == (
+        "prefill, admissions of served size now / profile (not part of the verdict): "
+        f"median {np.median(ratios):.2f} over {len(ratios)} ({min(ratios):.2f}-{max(ratios):.2f})"
+    )
     assert shown.startswith("prefill, each cell's admission now / profile")
     assert shown.endswith(f"64 tokens {report.prefill[1].ratio:.2f}")
 
@@ -742,7 +776,9 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
 
     def replay_passes(pair, streams, keys, **kw):
         factor = passes.pop(0)
-        return timing.TimedCells({key: slowed(key, factor) for key in keys}, [])
+        t = timed[0]
+        cell_admissions = {key: t.cell_admissions[key] for key in keys}
+        return timing.TimedCells({key: slowed(key, factor) for key in keys}, cell_admissions, [])
 
     monkeypatch.setattr(freshness, "time_cells", replay_passes)
     passes[:] = [1.5, 1.0]

@@ -345,4 +345,4 @@ def _in_band(rows, ratio: str, what: str) -> str:
 
 def _prefill_speed(ratio: float | None) -> str:
     """The speed line's prefill part: the checked admissions' median now / profile."""
-    return "" if ratio is None else f"; prefill (the checked cells' admissions) {ratio:.2f}"
+    return "" if ratio is None else f"; prefill (the checks' admissions of served size) {ratio:.2f}"

@@ -104,10 +104,9 @@ class CellCheck:
 
 @dataclass
 class PrefillCheck:
-    """One timed cell's admission (its first step): the prefill of ``tokens`` padded prompt
-    tokens (rows x prompt length), beside the profile's own admission of that cell
-    (``cell_prefill``; in a profile without it, the prefill table there). It does not
-    decide freshness (one sample a cell); :func:`speed_matched` reads its ratio."""
+    """One admission timed by the check: the prefill of ``tokens`` padded prompt tokens
+    (rows x the widest prompt) beside the profile's figure there (``FreshnessReport``
+    says which). It does not decide freshness; :func:`speed_matched` reads its ratio."""
 
     tokens: int
     profile_s: float
@@ -122,7 +121,12 @@ class PrefillCheck:
 class FreshnessReport:
     cells: list[CellCheck] = field(default_factory=list)
     prefill: list[PrefillCheck] = field(default_factory=list)
-    """Each timed cell's admission against the profile's prefill table."""
+    """Each timed cell's admission (the median over its replicas) against the profile's own
+    (:func:`profile_admission_s`)."""
+    admissions: list[PrefillCheck] = field(default_factory=list)
+    """The admissions of served size timed between the rounds (one request, then groups of
+    a few, joining a warm engine: the procedure whose samples make most of the profile's
+    prefill table) against that table (:func:`profile_prefill_s`)."""
     seconds: float = 0.0
     """Wall time the check took (both passes, where it took two)."""
     first_pass: FreshnessReport | None = None
@@ -147,6 +151,13 @@ class FreshnessReport:
             lines.append(
                 f"| {c.batch} | {c.k} | {c.context:.0f} | {c.profile_s * 1e3:.2f} | "
                 f"{c.measured_s * 1e3:.2f} | {c.ratio:.2f} | {c.tolerance:.0%} |"
+            )
+        if self.admissions:
+            ratios = [c.ratio for c in self.admissions]
+            lines.append(
+                "prefill, admissions of served size now / profile (not part of the verdict): "
+                f"median {float(np.median(ratios)):.2f} over {len(ratios)} "
+                f"({min(ratios):.2f}-{max(ratios):.2f})"
             )
         if self.prefill:
             lines.append(
@@ -234,7 +245,7 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
     grid = profile.batch_sizes
     context = int((profile.meta.get("prompt_lengths") or [16])[0])
     by_cell = profile.cell_s is not None
-    cells = time_cells(
+    timed = time_cells(
         pair,
         token_streams(pair.tokenizer),
         [(b, context) for b in batches],
@@ -245,17 +256,22 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
         warm_up=(grid[-1], context),
         # A profile from before the repeats timed each K once a round.
         large_batch_repeats=int(profile.meta.get("large_batch_repeats") or 1),
-    ).cells
+    )
+    cells = timed.cells
     # Without the profile's cells, its tables at K=0 and K=k_max: the rest are interpolated.
     ks = range(profile.k_max + 1) if by_cell else sorted({0, profile.k_max})
     report = FreshnessReport()
+    for prefill, _ in timed.admissions:
+        tokens = prefill["prefill_padded"]
+        report.admissions.append(
+            PrefillCheck(tokens, profile_prefill_s(profile, tokens), prefill["prefill"])
+        )
     for b in batches:
         bi = grid.index(b)
-        admission, decode = cells[b, context][0], cells[b, context][1:]
+        decode = cells[b, context]
+        admitted = float(np.median([s["prefill"] for s in timed.cell_admissions[b, context]]))
         tokens = b * context  # as the profile keys a cell's admission (tables.tabulate)
-        report.prefill.append(
-            PrefillCheck(tokens, profile_admission_s(profile, tokens), admission["prefill"])
-        )
+        report.prefill.append(PrefillCheck(tokens, profile_admission_s(profile, tokens), admitted))
         medians, _ = cell_statistics(decode, profile.k_max)
         for k in ks:
             at = float(np.mean([s["context"] for s in clean_steps(decode, k)]))
@@ -286,10 +302,19 @@ def profile_admission_s(profile, tokens: int) -> float:
 
 
 def prefill_ratio(reports: list[FreshnessReport]) -> float | None:
-    """Median measured / profile prefill seconds over every admission ``reports`` timed
-    (None where they timed none)."""
-    ratios = [c.ratio for report in reports for c in report.prefill if c.profile_s > 0]
-    return float(np.median(ratios)) if ratios else None
+    """Median measured / profile prefill seconds over the admissions of served size that
+    ``reports`` timed (``admissions``), or, where they timed none, over the cells'
+    admissions (``prefill``); None where they timed neither.
+
+    Why the served-size ones: they repeat the procedure behind most of the profile's prefill
+    table, a few dozen of them a check, while a cell's admission is one sample (the median
+    of a few replicas) of a procedure that the check runs in another order than the profile
+    (docs/profile.md: how far they moved)."""
+    for attr in ("admissions", "prefill"):
+        ratios = [c.ratio for r in reports for c in getattr(r, attr) if c.profile_s > 0]
+        if ratios:
+            return float(np.median(ratios))
+    return None
 
 
 def speed_ratios(reports: list[FreshnessReport]) -> dict[tuple[int, int], float]:
@@ -309,9 +334,8 @@ def speed_matched(profile, reports: list[FreshnessReport]):
     ``reports`` measured: each checked cell's median ratio (:func:`speed_ratios`), linear in
     log batch size between the checked sizes (held flat past them); a K the checks did not
     time takes the line between K=0 and K=k_max. The prefill table is scaled by the median
-    ratio of the checked cells' admissions to the profile's own (:func:`prefill_ratio`,
-    :func:`profile_admission_s`) where the checks timed any; the draft's catch-up, which the
-    check does not time apart, stays as measured.
+    ratio of the checks' admissions to the profile's (:func:`prefill_ratio`) where the
+    checks timed any; the draft's catch-up stays as measured.
 
     Why: on a shared machine the same cells drift between profiles an hour apart, the
     memory-bound K=0 step more than the K>0 steps (docs/profile.md: by how much), so a live run

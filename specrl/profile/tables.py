@@ -43,7 +43,7 @@ def tabulate(
         # larger batch can (a CPU's kernels change with the shape), and pooling such a pair
         # would make both cells wrong.
         table[:] = _monotone(table, axis=2)
-    cells = [cell_statistics(samples[b, contexts[0]][1:], k_max) for b in batch_sizes]
+    cells = [cell_statistics(samples[b, contexts[0]], k_max) for b in batch_sizes]
     if not by_cell:
         cells = None
     ctx_seen = _contexts_seen(samples, batch_sizes, contexts)
@@ -52,12 +52,17 @@ def tabulate(
             f"measured contexts {ctx_seen.tolist()} do not increase; space the "
             "--contexts further apart"
         )
-    prefill = [(b * c, samples[b, c][0]["prefill"]) for b in batch_sizes for c in contexts]
+    prefill = [
+        (b * c, s["prefill"])
+        for b in batch_sizes
+        for c in contexts
+        for s in timed.cell_admissions[b, c]
+    ]
     catchup = [
         (s["catchup_padded"], s["catchup"])
         for b in batch_sizes
         for c in contexts
-        for s in samples[b, c][1:]
+        for s in samples[b, c]
         if s["catchup_tokens"]
     ]
     step = verify[:, :, 0] + draft[:, :, 0] + overhead  # [batch, k]
@@ -96,7 +101,7 @@ def _step_tables(samples, batch_sizes, contexts, k_max):
     for bi, b in enumerate(batch_sizes):
         rest = defaultdict(list)
         for ci, c in enumerate(contexts):
-            decode = samples[b, c][1:]
+            decode = samples[b, c]
             for k in range(nk):
                 at_k = [s for s in decode if s["k"] == k]
                 verify[bi, k, ci] = np.median([s["verify"] for s in at_k])
@@ -107,7 +112,7 @@ def _step_tables(samples, batch_sizes, contexts, k_max):
             overhead[bi, k] = max(0.0, float(np.median(rest[k])))
         logs = []
         for ci, c in enumerate(contexts):
-            for s in samples[b, c][1:]:
+            for s in samples[b, c]:
                 if s["catchup_tokens"] == 0:
                     table = verify[bi, s["k"], ci] + draft[bi, s["k"], ci] + overhead[bi, s["k"]]
                     logs.append(math.log(s["total"] / table))
@@ -120,7 +125,7 @@ def _contexts_seen(samples, batch_sizes, contexts) -> np.ndarray:
     ctx_seen = np.zeros(len(contexts))
     for b in batch_sizes:
         for ci, c in enumerate(contexts):
-            decode = samples[b, c][1:]
+            decode = samples[b, c]
             ctx_seen[ci] += np.mean([s["context"] for s in decode]) / len(batch_sizes)
     return ctx_seen
 

@@ -149,8 +149,10 @@ class TimedCells:
     """What :func:`time_cells` measured."""
 
     cells: dict[tuple[int, int], list[dict]]
-    """Per ``(batch, context)``: the first replica's admission (prefill) step, then every
-    replica's decode steps, as :func:`_sample` dicts."""
+    """Per ``(batch, context)``: every replica's decode steps, as :func:`_sample` dicts."""
+    cell_admissions: dict[tuple[int, int], list[dict]]
+    """Per ``(batch, context)``: each replica's admission (prefill) step, the step that
+    filled its engine."""
     admissions: list[tuple[dict, dict]]
     """The admissions between rounds: (prefill step, catch-up step) each; the prefill step
     also records ``prefill_padded``, rows x the widest prompt."""
@@ -215,10 +217,8 @@ def time_cells(
         if on_round is not None:
             on_round(r)
     return TimedCells(
-        {
-            key: [copies[0].admission, *(s for cell in copies for s in cell.samples)]
-            for key, copies in cells.items()
-        },
+        {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()},
+        {key: [cell.admission for cell in copies] for key, copies in cells.items()},
         admissions,
     )
 
