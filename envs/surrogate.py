@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specrl.envs.base import Served, SpecEnvBase
+from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
+from specrl.envs.request_acceptance import RequestAcceptance
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
@@ -20,6 +21,9 @@ from specrl.profile.schema import Profile, load_profile
 from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
+ACCEPTANCE_ESTIMATES = ("steps", "requests")
+"""What the observation's ``acceptance`` entry may be (``SurrogateSpecEnv``'s
+``acceptance_estimate``)."""
 _warned_default_hardware = False
 _warned_extrapolation: set[tuple[int, int]] = set()
 
@@ -88,6 +92,13 @@ class SurrogateSpecEnv(SpecEnvBase):
       :func:`~specrl.workload.profile_workload_kwargs` (the file's domains and bands in its
       prompt shares); keys given override them.
     * ``k_max``: largest K; default: the profile's; larger than the profile's is an error.
+    * ``acceptance_estimate``: what the observation's ``acceptance`` entry is. ``"steps"``
+      (default): the step EMA every controller keeps (:class:`~specrl.features.
+      AcceptanceTracker`), as live. ``"requests"``: the batch's acceptance pooled from each
+      request's posterior over its own accepted runs
+      (:class:`~specrl.envs.request_acceptance.RequestAcceptance`); it is never stale, so
+      ``staleness`` reads 0. The live env and :class:`~specrl.controller.LookupController` do
+      not compute it yet: a table trained on it is served in this env only.
 
     ## The oracle
 
@@ -109,7 +120,14 @@ class SurrogateSpecEnv(SpecEnvBase):
         max_batch: int = 128,
         max_len: int = 384,
         reference_tokens_per_s: float | None = None,
+        acceptance_estimate: str = "steps",
     ):
+        if acceptance_estimate not in ACCEPTANCE_ESTIMATES:
+            raise SpecrlError(
+                f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got "
+                f"{acceptance_estimate!r}"
+            )
+        self.acceptance_estimate = acceptance_estimate
         self.profile = self._load(profile)
         prof = self.profile
         k_max = prof.k_max if k_max is None else k_max
@@ -214,6 +232,23 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._fresh_flat = np.sqrt(1.0 - keep * keep).ravel()
         else:
             self._level_grid = None
+        self._requests = None
+        if self.acceptance_estimate == "requests":
+            bands = [b for _, b in self._groups]
+            self._requests = RequestAcceptance(self._logits, self._levels, bands)
+
+    def _get_obs(self) -> np.ndarray:
+        obs = super()._get_obs()
+        if self._requests is not None:
+            n = self._n
+            incoming = self._incoming()[0]
+            a = self._requests.estimate(
+                self._index[:n], self._group[:n], self._generated[:n], incoming
+            )
+            if a is not None:
+                self._last_estimate = a
+            obs[ACCEPTANCE], obs[STALENESS] = self._last_estimate, 0.0
+        return obs
 
     def _group_of(self, request) -> int:
         return self._group_index.get((request.domain, temperature_band(request.temperature)), -1)
@@ -251,6 +286,9 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._lag = np.zeros(mb, dtype=np.int64)
         self._maybe_behind = False
         self._waiting: deque = deque()
+        if self._requests is not None:
+            self._requests.start(len(self.trace.requests))
+            self._last_estimate = 0.0
 
     def _submit(self, requests, first: int) -> None:
         rng = self.np_random
@@ -263,6 +301,8 @@ class SurrogateSpecEnv(SpecEnvBase):
                 z = float(rng.standard_normal())
                 level = float(self._level_grid[group, grid_index(np.array([z]))[0]])
             self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index, z))
+            if self._requests is not None:
+                self._requests.admit(index, group)
 
     def _batch_ahead(self) -> int:
         return min(self.max_batch, self._n + len(self._waiting))
@@ -389,8 +429,17 @@ class SurrogateSpecEnv(SpecEnvBase):
                 ok &= self._positions[:k] < k_rows[:, None]
                 drafted = int(k_rows.sum())
             else:
+                k_rows = None
                 drafted = n * k
             accepted_rows = np.cumprod(ok, axis=1).sum(axis=1)
+            if self._requests is not None:
+                self._requests.observe(
+                    self._index[:n],
+                    self._group[:n],
+                    generated,
+                    accepted_rows,
+                    np.full(n, k) if k_rows is None else k_rows,
+                )
             committed_rows = accepted_rows + 1
             # The draft has read all but the last committed token, or the last two after a
             # fully accepted block.

@@ -103,6 +103,12 @@ class TrainConfig:
     surrogate-trained policy live. The warm start is skipped."""
     force_profile: bool = False
     """env="live": use a profile measured elsewhere, or stale, with a warning."""
+    acceptance_estimate: Annotated[str, value(one_of("steps", "requests"))] = "steps"
+    """What the observation's acceptance is: "steps" (the step EMA a serving controller
+    keeps) or "requests" (pooled from each request's posterior over its own accepted runs,
+    :mod:`specrl.envs.request_acceptance`; surrogate only: the live env and the
+    LookupController do not compute it yet, so its table is judged in the surrogate, and
+    ``specrl export`` refuses it)."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: Annotated[int | None, optional(N_REQUESTS)] = None
@@ -281,6 +287,16 @@ class TrainConfig:
         """The training env, the run to start from and the model preset."""
         if self.env not in ("surrogate", "live"):
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
+        if self.acceptance_estimate not in ("steps", "requests"):
+            raise SpecrlError(
+                f"acceptance_estimate must be 'steps' or 'requests', got "
+                f"{self.acceptance_estimate!r}"
+            )
+        if self.env == "live" and self.acceptance_estimate != "steps":
+            raise SpecrlError(
+                "acceptance_estimate='requests' is computed by the surrogate only; train "
+                "env='live' with acceptance_estimate='steps'"
+            )
         if self.env == "live" and self.n_envs != 1:
             raise SpecrlError(
                 f"env='live' trains on one engine: n_envs must be 1, got {self.n_envs}"

@@ -79,6 +79,7 @@ def surrogate_env(config: TrainConfig, profile: Profile, workload: str) -> Surro
         k_max=config.k_max,
         max_batch=config.max_batch,
         max_len=config.max_len,
+        acceptance_estimate=config.acceptance_estimate,
     )
 
 
