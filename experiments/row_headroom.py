@@ -27,6 +27,11 @@ rule runs from estimates a serving engine could keep:
   tokens over its accepted tokens plus rejections, shrunk toward the episode's figure so far
   (:data:`COUNT_PRIOR`), the mean over the rows the step decodes. What a serving stack could
   keep without a profile.
+* ``table-rule``: what a table indexed by batch size and one acceptance figure can do with
+  ``pooled-scalar``: the goodput formula (:meth:`~specrl.policies.Goodput.best_k`: batch,
+  the last step's context and the figure, no row's own tokens left) reading the
+  observation's acceptance of an env built with ``acceptance_estimate="requests"``, which
+  is that figure (:mod:`specrl.envs.request_acceptance`).
 * ``truth``: the rule from the true levels: the myopic oracle itself.
 
 Every mode decides with the oracle's own pieces (the surrogate's ``_incoming`` rows and
@@ -52,7 +57,15 @@ from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.options import SEED, float_in, positive_int, workload_preset
 from specrl.policies.base import KPolicy
 
-MODES = ("per-row", "pooled", "pooled-scalar", "ema-scalar", "counts-scalar", "truth")
+MODES = (
+    "per-row",
+    "pooled",
+    "pooled-scalar",
+    "ema-scalar",
+    "counts-scalar",
+    "table-rule",
+    "truth",
+)
 COUNT_PRIOR = 16.0
 """``counts-scalar``: a request's prior weighs as this many accept-or-reject trials."""
 FRESH_SEED = 60_000
@@ -79,7 +92,7 @@ class Args:
     """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
     modes: Annotated[tuple[str, ...], comma_list(_mode)] = ("per-row", "pooled")
     """Estimates the rule runs from, besides the truth (per-row, pooled, pooled-scalar,
-    ema-scalar, counts-scalar)."""
+    ema-scalar, counts-scalar, table-rule)."""
     table: str = ""
     """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
 
@@ -138,6 +151,7 @@ class RowEstimateRule(KPolicy):
         self._counts: dict[int, list[int]] = {}
         self._totals = [0, 0]
         self._last_k = 0
+        self._goodput = None
 
     def _rates(self, group: int, generated: int, k: int) -> np.ndarray:
         cg, cl, _ = self._candidates[group]
@@ -180,6 +194,8 @@ class RowEstimateRule(KPolicy):
         if self.mode == "truth":
             self._last_k = e.oracle_k()
             return np.array([self._last_k])
+        if self.mode == "table-rule":
+            return np.array([self._table_rule(rows[0])])
         self._update()
         n0 = e._n
         incoming, _, left_in, ctx_in = e._incoming()
@@ -208,6 +224,25 @@ class RowEstimateRule(KPolicy):
             survive = [curve] * len(survive)
         self._last_k = e._myopic_k(np.array(survive), left, int(ctx.max()))
         return np.array([self._last_k])
+
+    def _table_rule(self, row: np.ndarray) -> int:
+        """``table-rule``: the goodput formula at the observation's batch, context and
+        acceptance (see the module)."""
+        from specrl.envs.base import ACCEPTANCE, CONTEXT
+        from specrl.policies.base import rows_in_batch
+        from specrl.policies.goodput import Goodput
+
+        e = self.env
+        if e.acceptance_estimate != "requests":
+            raise ValueError("table-rule reads an env built with acceptance_estimate='requests'")
+        if self._goodput is None:
+            self._goodput = Goodput(
+                e.profile, max_batch=e.max_batch, max_len=e.max_len, k_max=e.k_max
+            )
+        batch = int(rows_in_batch(row[None], e.max_batch)[0])
+        if batch == 0:
+            return 0
+        return self._goodput.best_k(batch, row[CONTEXT] * e.max_len, float(row[ACCEPTANCE]))
 
     def _counts_curve(self, e, running: int, rows: int) -> np.ndarray:
         """``a, a^2, ...`` from counts alone (no profile): each running request's ``a`` is
@@ -263,6 +298,8 @@ def run(args: Args) -> dict:
             workload=workload,
             workload_kwargs={"peak": args.max_batch},
             max_batch=args.max_batch,
+            # Only the observation differs (the env's steps do not): what table-rule reads.
+            acceptance_estimate="requests" if "table-rule" in args.modes else "steps",
             **({"profile": args.profile} if args.profile else {}),
         )
         tune = Scorer([env], tuning_seeds())

@@ -393,3 +393,31 @@ def test_row_headroom_scalar_curve_keeps_the_accepted_per_drafted():
     assert flat[1] == pytest.approx(flat[0] ** 2) and flat[3] == pytest.approx(flat[0] ** 4)
     geometric = 0.8 ** np.arange(1, 5)
     assert module.scalar_survival(geometric) == pytest.approx(geometric)
+
+
+def test_row_headroom_table_rule_is_the_goodput_formula_on_the_observed_estimate():
+    """``table-rule`` picks, at every step, the goodput formula's K at the observation's
+    batch, context and acceptance (the per-request estimate), and refuses an env whose
+    observation is the step EMA."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.envs.base import ACCEPTANCE, CONTEXT
+    from specrl.policies.goodput import Goodput
+
+    module = load("row_headroom")
+    kw = {"workload": "ramp", "workload_kwargs": {"peak": 16, "n_requests": 32}, "max_batch": 16}
+    env = SurrogateSpecEnv(acceptance_estimate="requests", **kw)
+    rule = module.RowEstimateRule(env, "table-rule")
+    formula = Goodput(env.profile, max_batch=16, max_len=env.max_len, k_max=env.k_max)
+    obs, _ = env.reset(seed=2)
+    picked, done = [], False
+    while not done:
+        k = int(rule.predict(obs)[0])
+        batch, row = env._batch_ahead(), obs.astype(np.float64)  # as a policy reads it
+        expected = formula.best_k(batch, row[CONTEXT] * env.max_len, row[ACCEPTANCE])
+        assert k == (expected if batch else 0)
+        picked.append(k)
+        obs, _, done, _, _ = env.step(k)
+    assert len(set(picked)) > 1
+    plain = module.RowEstimateRule(SurrogateSpecEnv(**kw), "table-rule")
+    with pytest.raises(ValueError, match="acceptance_estimate='requests'"):
+        plain.predict(SurrogateSpecEnv(**kw).reset(seed=2)[0])
