@@ -294,6 +294,24 @@ def test_export_of_a_missing_or_unfinished_run_is_a_clear_error(tmp_path, run_di
     assert "has not finished" in capsys.readouterr().err and not out.exists()
 
 
+def test_export_refuses_a_run_trained_on_the_per_request_estimate(tmp_path, run_dir, capsys):
+    """No serving controller computes ``acceptance_estimate="requests"`` yet, so a table
+    indexed by it is refused before anything is played or written."""
+    import json
+    import shutil
+
+    other = tmp_path / "requests-run"
+    shutil.copytree(run_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    config["acceptance_estimate"] = "requests"
+    (other / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "t.json"
+    assert main(["export", "--run", str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "trained on acceptance_estimate='requests'" in err and "export a run trained" in err
+    assert not out.exists()
+
+
 def test_export_refuses_a_table_that_does_not_reproduce_the_policy(
     run_dir, tmp_path, monkeypatch, capsys
 ):
