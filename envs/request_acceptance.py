@@ -35,16 +35,19 @@ from specrl.features import conditional_acceptance
 class RequestAcceptance:
     """Per-request posteriors over acceptance levels, vectorised over the running rows.
 
-    :param logits: ``[groups, max_len + 1, k_max]``: the logit of each (domain, band) group's
-        conditional acceptance by tokens generated and draft position.
+    :param rates: ``rates(group, level, generated, k)``: the conditional acceptance of draft
+        positions ``0..k-1`` of requests of ``group`` at ``level`` with ``generated`` tokens,
+        ``[*S, k]`` for arguments that broadcast to ``S`` (``SurrogateSpecEnv._rates``: the
+        estimate reads acceptance as the surrogate draws it).
+    :param k_max: the largest K.
     :param levels: per group, its candidate level offsets (the profile's request levels).
     :param bands: per group, its temperature band: a request's candidates are the levels of
         every group of its band.
     """
 
-    def __init__(self, logits: np.ndarray, levels: list[np.ndarray], bands: list[str]):
-        self._logits = logits
-        self.k_max = logits.shape[2]
+    def __init__(self, rates, k_max: int, levels: list[np.ndarray], bands: list[str]):
+        self._candidate_rates = rates
+        self.k_max = k_max
         groups = range(len(levels))
         by_band = {b: [h for h in groups if bands[h] == b] for b in set(bands)}
         width = max(sum(len(levels[h]) for h in members) for members in by_band.values())
@@ -76,8 +79,7 @@ class RequestAcceptance:
     def _rates(self, group: np.ndarray, generated: np.ndarray, k: int) -> np.ndarray:
         """``[n, candidates, k]``: each row's candidates' conditional acceptance of draft
         positions ``0..k-1`` at ``generated`` tokens."""
-        logits = self._logits[self._cg[group], generated[:, None], :k] + self._cl[group][..., None]
-        return 1.0 / (1.0 + np.exp(-logits))
+        return self._candidate_rates(self._cg[group], self._cl[group], generated[:, None], k)
 
     def _survival(self, group: np.ndarray, generated: np.ndarray) -> np.ndarray:
         return np.cumprod(self._rates(group, generated, self.k_max), axis=2)

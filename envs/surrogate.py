@@ -14,6 +14,7 @@ import numpy as np
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
 from specrl.envs.request_acceptance import RequestAcceptance
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.features import ACCEPTANCE_ESTIMATES
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
@@ -21,9 +22,6 @@ from specrl.profile.schema import Profile, load_profile
 from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
-ACCEPTANCE_ESTIMATES = ("steps", "requests")
-"""What the observation's ``acceptance`` entry may be (``SurrogateSpecEnv``'s
-``acceptance_estimate``)."""
 _warned_default_hardware = False
 _warned_extrapolation: set[tuple[int, int]] = set()
 
@@ -235,7 +233,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._requests = None
         if self.acceptance_estimate == "requests":
             bands = [b for _, b in self._groups]
-            self._requests = RequestAcceptance(self._logits, self._levels, bands)
+            self._requests = RequestAcceptance(self._rates, self.k_max, self._levels, bands)
 
     def _get_obs(self) -> np.ndarray:
         obs = super()._get_obs()
@@ -378,8 +376,11 @@ class SurrogateSpecEnv(SpecEnvBase):
         generated: np.ndarray,  # [n] tokens generated so far
         k: int,
     ) -> np.ndarray:  # [n, k]
-        """True conditional acceptance of draft positions ``0..k-1`` per row."""
-        logits = self._logits[group, generated, :k] + level[:, None]
+        """True conditional acceptance of draft positions ``0..k-1`` per row. Any shape
+        ``S`` that ``group``, ``level`` and ``generated`` broadcast to gives ``[*S, k]``
+        (:class:`~specrl.envs.request_acceptance.RequestAcceptance` asks for rows x
+        candidates)."""
+        logits = self._logits[group, generated, :k] + level[..., None]
         return 1.0 / (1.0 + np.exp(-logits))
 
     def _drift_levels(self) -> None:

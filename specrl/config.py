@@ -26,6 +26,7 @@ from typing import Annotated
 
 from specrl.dataclass_cli import comma_list, one_of, optional, value
 from specrl.errors import SpecrlError
+from specrl.features import ACCEPTANCE_ESTIMATES
 from specrl.files import check_header, read_json, write_json
 from specrl.options import (
     BATCH,
@@ -103,7 +104,7 @@ class TrainConfig:
     surrogate-trained policy live. The warm start is skipped."""
     force_profile: bool = False
     """env="live": use a profile measured elsewhere, or stale, with a warning."""
-    acceptance_estimate: Annotated[str, value(one_of("steps", "requests"))] = "steps"
+    acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "steps"
     """What the observation's acceptance is: "steps" (the step EMA a serving controller
     keeps) or "requests" (pooled from each request's posterior over its own accepted runs,
     :mod:`specrl.envs.request_acceptance`; surrogate only: the live env and the
@@ -287,7 +288,7 @@ class TrainConfig:
         """The training env, the run to start from and the model preset."""
         if self.env not in ("surrogate", "live"):
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
-        if self.acceptance_estimate not in ("steps", "requests"):
+        if self.acceptance_estimate not in ACCEPTANCE_ESTIMATES:
             raise SpecrlError(
                 f"acceptance_estimate must be 'steps' or 'requests', got "
                 f"{self.acceptance_estimate!r}"

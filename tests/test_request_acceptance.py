@@ -133,7 +133,11 @@ def test_a_requests_posterior_moves_toward_the_runs_it_accepted():
     the prior."""
     logits = np.zeros((2, 10, 3))
     levels = [np.array([-1.0, 1.0]), np.array([0.5])]
-    posterior = RequestAcceptance(logits, levels, ["chat", "chat"])
+
+    def rates(group, level, generated, k):  # the surrogate's form, on these logits
+        return 1.0 / (1.0 + np.exp(-(logits[group, generated, :k] + level[..., None])))
+
+    posterior = RequestAcceptance(rates, 3, levels, ["chat", "chat"])
     posterior.start(3)
     for i in range(3):
         posterior.admit(i, 0)
