@@ -88,11 +88,21 @@ def _ratio(report, policy: str, reference: str) -> dict:
     }
 
 
-def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> dict:
-    """The three searched exports of ``table``, written to ``out``; their search results."""
+def export_all(
+    run_dir: Path, out: Path, table, acceptance, workloads=None, worst_weight=None
+) -> dict:
+    """The three searched exports of ``table``, written to ``out``; their search results.
+    ``worst_weight``: the searches' weight on the worst workload (None: the default)."""
     from specrl.train.search import search_run, searched_export
 
-    results = search_run(run_dir, table, list(FORMATS), acceptance=acceptance, workloads=workloads)
+    results = search_run(
+        run_dir,
+        table,
+        list(FORMATS),
+        acceptance=acceptance,
+        workloads=workloads,
+        **_weight(worst_weight),
+    )
     for fmt, result in results.items():
         print(result.describe())
         obj = searched_export(table, result, acceptance)
@@ -100,12 +110,17 @@ def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None) -> d
     return results
 
 
-def _native(run_dir: Path, table, path: Path, workloads=None):
+def _weight(worst_weight: float | None) -> dict:
+    """The searches' ``worst_weight`` keyword where one is given."""
+    return {} if worst_weight is None else {"worst_weight": worst_weight}
+
+
+def _native(run_dir: Path, table, path: Path, workloads=None, worst_weight=None):
     """The native table searched from the learned ``table`` on ``workloads`` (default: the
     training mix), written to ``path``; the search's result."""
     from specrl.train.table_search import native_file, search_native
 
-    result = search_native(run_dir, table, workloads=workloads)
+    result = search_native(run_dir, table, workloads=workloads, **_weight(worst_weight))
     print(result.describe())
     native_file(table, result).save(path)
     return result
@@ -119,10 +134,6 @@ def run(args: Args) -> Path:
 
     if not args.run:
         raise SpecrlError("--run RUN_DIR is required: a finished `specrl train` run")
-    if args.worst_weight is not None:
-        import specrl.train.search as search
-
-        search.WORST_WEIGHT = args.worst_weight
     start = time.perf_counter()
     run_dir = Path(args.run)
     out = Path(args.out or run_dir / "engineer")
@@ -133,21 +144,24 @@ def run(args: Args) -> Path:
     print(fidelity.format())
     table.save(out / "learned.json")
     acceptance = table.provenance["operating_acceptance"]
-    native_searches = {"mix": _native(run_dir, table, out / "table.json")}
+    weight = args.worst_weight
+    native_searches = {"mix": _native(run_dir, table, out / "table.json", worst_weight=weight)}
     searches = {}
     formats = () if args.native_only else FORMATS
     if formats and not args.per_workload:
-        searches["mix"] = export_all(run_dir, out, table, acceptance)
+        searches["mix"] = export_all(run_dir, out, table, acceptance, worst_weight=weight)
     rows, reports = [], {}
     for workload in args.workloads:
         where = out
         if formats and args.per_workload:
             where = out / workload
             where.mkdir(exist_ok=True)
-            searches[workload] = export_all(run_dir, where, table, acceptance, [workload])
+            searches[workload] = export_all(
+                run_dir, where, table, acceptance, [workload], worst_weight=weight
+            )
         if args.headroom:
             native_searches[workload] = _native(
-                run_dir, table, out / f"table-{workload}.json", [workload]
+                run_dir, table, out / f"table-{workload}.json", [workload], worst_weight=weight
             )
         report = _judge(args, config, profile, workload, out, where, formats)
         reports[workload] = report

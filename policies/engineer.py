@@ -262,9 +262,21 @@ class Scorer:
             out.append(runs)
         return out
 
+    objective = "geometric mean over the workloads of aggregate tokens/s"
+    """What :meth:`score` is, in words (a search's result records it)."""
+
     def score(self, dense: np.ndarray) -> float:
         """The geometric mean over envs of aggregate tokens/s: every workload counts alike."""
         return geometric_rate(self.play(dense))
+
+    def engineer_ratios(self, dense: np.ndarray) -> dict[str, float]:
+        """Per workload, tokens/s over its engineer: none here (a plain score; the search's
+        ``VersusEngineer`` has them)."""
+        return {}
+
+    def engineer_methods(self) -> dict[str, str]:
+        """Per workload, its engineer's method: none here (see :meth:`engineer_ratios`)."""
+        return {}
 
     def rates(self, dense: np.ndarray) -> list[float]:
         """Per env, aggregate tokens/s over its seeds under ``dense``."""

@@ -7,7 +7,7 @@ import pytest
 from search_helpers import small_scorer
 
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.policies.engineer import tune_sweep, tune_threshold, workload_name
+from specrl.policies.engineer import Scorer, tune_sweep, tune_threshold, workload_name
 from specrl.train.search import (
     MIN_RISE_WORTH,
     WORST_WEIGHT,
@@ -15,6 +15,7 @@ from specrl.train.search import (
     VersusEngineer,
     best_schedule,
     engineer_starts,
+    relative_objective,
     search_buckets,
 )
 
@@ -98,14 +99,26 @@ def test_a_start_the_format_cannot_hold_is_left_out_and_none_is_an_error():
     assert list(result.starts) == ["K=1"]
 
 
+class PlainScore:
+    """What :func:`best_schedule` reads of a scorer besides its ``score``, as a plain
+    ``Scorer`` has it (no engineers to be relative to)."""
+
+    envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
+    objective = Scorer.objective
+
+    def prefetch(self, denses):
+        pass
+
+    def engineer_ratios(self, dense):
+        return {}
+
+    def engineer_methods(self):
+        return {}
+
+
 def test_a_rise_worth_less_than_the_bar_is_smoothed():
     # A scorer whose score rewards K=2 at batch 5-8 by a hair: the rise from 1 is flattened.
-    class Fake:
-        envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
-
-        def prefetch(self, denses):
-            pass
-
+    class Fake(PlainScore):
         def score(self, dense):
             return 100.0 + 0.1 * (dense[5] == 2) - 0.5 * (dense[1] != 1)
 
@@ -126,12 +139,7 @@ def test_a_rise_worth_less_than_the_bar_is_smoothed():
 
 
 def test_trtllm_warns_when_off_beats_every_schedule_it_can_express():
-    class OffIsBest:  # every K costs: off scores highest, and TensorRT-LLM cannot say off
-        envs, seeds, episodes, surrogate_s = [], [1], 0, 0.0
-
-        def prefetch(self, denses):
-            pass
-
+    class OffIsBest(PlainScore):  # every K costs: off scores highest; TRT-LLM cannot say off
         def score(self, dense):
             return 100.0 - float(np.sum(dense))
 
@@ -187,6 +195,29 @@ def test_the_search_judged_against_each_engineer_records_each_workloads_ratio():
     assert chosen["objective"].startswith("over each workload's engineer")
     assert set(chosen["engineers"].values()) <= {"threshold", "sweep"}
     assert "over each workload's engineer: ramp " in result.describe()
+
+
+def test_the_worst_workloads_weight_belongs_to_the_objective():
+    """``worst_weight`` sets one objective's score and what its search records, and leaves
+    the module's default (and every other objective) as it was; 0 is the geometric mean."""
+    scorer = small_scorer()
+    default = VersusEngineer(scorer, k_max=3, max_batch=16)
+    plain = VersusEngineer(scorer, k_max=3, max_batch=16, worst_weight=0.0)
+    dense = np.full(17, 1)
+    ratios = plain.ratios(dense)
+    assert ratios == default.ratios(dense)
+    assert min(ratios) < max(ratios)  # the weight matters here
+    assert plain.score(dense) == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
+    assert default.score(dense) == pytest.approx(
+        WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * plain.score(dense)
+    )
+    assert plain.objective.startswith("over each workload's engineer (tokens/s ratio): 0 x")
+    fmt = StackFormat("vllm", k_max=3, max_batch=16)
+    result = best_schedule(fmt, plain, engineer_starts(scorer, fmt))
+    assert result.to_json()["objective"] == plain.objective
+    assert relative_objective() == default.objective  # the default is untouched
+    with pytest.raises(SpecrlError, match="worst_weight must be within"):
+        VersusEngineer(scorer, k_max=3, max_batch=16, worst_weight=1.5)
 
 
 def test_two_workloads_of_one_name_each_keep_their_engineer():

@@ -76,14 +76,14 @@ MIN_MOVE_GAIN = 0.001
 schedules apart only so finely, and a smaller gain is as likely the seeds' as the
 schedule's."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
-GEOMETRIC = "geometric mean over the workloads of aggregate tokens/s"
+GEOMETRIC = Scorer.objective
 
 
-def relative_objective() -> str:
-    """:class:`VersusEngineer`'s score, in words."""
+def relative_objective(worst_weight: float = WORST_WEIGHT) -> str:
+    """:class:`VersusEngineer`'s score at ``worst_weight``, in words."""
     return (
-        f"over each workload's engineer (tokens/s ratio): {WORST_WEIGHT:g} x the worst "
-        f"workload's + {1 - WORST_WEIGHT:g} x the geometric mean"
+        f"over each workload's engineer (tokens/s ratio): {worst_weight:g} x the worst "
+        f"workload's + {1 - worst_weight:g} x the geometric mean"
     )
 
 
@@ -267,9 +267,10 @@ class VersusEngineer:
     For each workload of ``scorer`` the engineer tunes ``threshold:tuned`` and ``sweep`` on
     that workload alone (the better of the two is its engineer, as in ``specrl compare``).
     A schedule's ratio on a workload is its aggregate tokens/s there over the engineer's;
-    its score is :data:`WORST_WEIGHT` x the worst workload's ratio plus the rest x the
-    geometric mean of the ratios. A single schedule for the whole mix then cannot buy a
-    gain on most workloads with a loss on one that its own engineer would not take.
+    its score is ``worst_weight`` (default :data:`WORST_WEIGHT`) x the worst workload's ratio
+    plus the rest x the geometric mean of the ratios. A single schedule for the whole mix
+    then cannot buy a gain on most workloads with a loss on one that its own engineer would
+    not take.
     Tuning the workloads' engineers plays the schedules the mix's tuning
     (:func:`engineer_starts`) plays, and each workload's own sweep besides. It has
     :class:`~specrl.policies.engineer.Scorer`'s ``score``, ``prefetch`` and counts."""
@@ -281,8 +282,11 @@ class VersusEngineer:
         k_max: int,
         max_batch: int,
         engineers: dict[str, tuple[str, np.ndarray]] | None = None,
+        worst_weight: float = WORST_WEIGHT,
     ):
-        self.scorer = scorer
+        if not 0.0 <= worst_weight <= 1.0:
+            raise SpecrlError(f"worst_weight must be within [0, 1], got {worst_weight}")
+        self.scorer, self.worst_weight = scorer, worst_weight
         if engineers is None:
             engineers = {}
             for i, name in enumerate(_labels(scorer.envs)):
@@ -334,13 +338,25 @@ class VersusEngineer:
         """:meth:`score` for a native table."""
         return self._combine(self.table_ratios(table))
 
+    @property
+    def objective(self) -> str:
+        """The score, in words (what a search's result records)."""
+        return relative_objective(self.worst_weight)
+
+    def engineer_ratios(self, dense) -> dict[str, float]:
+        """Per workload, :meth:`ratios` by name."""
+        return dict(zip(self.engineers, self.ratios(dense), strict=True))
+
+    def engineer_methods(self) -> dict[str, str]:
+        """Per workload, its engineer's method."""
+        return {w: m for w, (m, _) in self.engineers.items()}
+
     def _relative(self, rates: list[float]) -> list[float]:
         return [r / ref for r, ref in zip(rates, self.references, strict=True)]
 
-    @staticmethod
-    def _combine(ratios: list[float]) -> float:
+    def _combine(self, ratios: list[float]) -> float:
         mean = float(np.exp(np.mean(np.log(ratios))))
-        return WORST_WEIGHT * min(ratios) + (1 - WORST_WEIGHT) * mean
+        return self.worst_weight * min(ratios) + (1 - self.worst_weight) * mean
 
 
 def own_start_name(workload: str, method: str) -> str:
@@ -398,7 +414,6 @@ def best_schedule(
         dense, score = smoothed_starts[start][0].copy(), floor
         _, _, _, rises = _smooth(fmt, scorer, dense, score)
     _warn_below_off(fmt, scorer, dense, score)
-    relative = isinstance(scorer, VersusEngineer)
     with warnings.catch_warnings():  # the file's writer warns, with the operating point
         warnings.simplefilter("ignore", SpecrlWarning)
         config = fmt.write(dense)
@@ -420,9 +435,9 @@ def best_schedule(
         evaluations=scorer.episodes - played[0],
         surrogate_s=scorer.surrogate_s - played[1],
         wall_s=time.perf_counter() - clock,
-        objective=relative_objective() if relative else GEOMETRIC,
-        ratios=dict(zip(scorer.engineers, scorer.ratios(dense), strict=True)) if relative else {},
-        engineers={w: m for w, (m, _) in scorer.engineers.items()} if relative else {},
+        objective=scorer.objective,
+        ratios=scorer.engineer_ratios(dense),
+        engineers=scorer.engineer_methods(),
     )
 
 
@@ -588,20 +603,24 @@ def search_run(
     cuda_graph_bs=None,
     progress: bool = True,
     errors: dict[str, SpecrlError] | None = None,
+    worst_weight: float = WORST_WEIGHT,
 ) -> dict[str, SearchResult]:
     """:func:`best_schedule` for each of ``formats`` from the run's exported ``table``,
     judged on ``workloads`` (presets or trace files; default: the run's training mix) in the
     surrogate of the run's profile and sizes; the formats share their episodes (each
     schedule is played once). ``acceptance`` is the operating acceptance of the plain
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
-    table that never drafts at batch 1) is recorded there instead of raised."""
+    table that never drafts at batch 1) is recorded there instead of raised.
+    ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`)."""
 
     run = as_run(run_dir)
     config = run.config
     names = list(workloads or config.workloads)
     scorer = Scorer([run.env(w) for w in names], tuning_seeds())
     clock = time.perf_counter()
-    objective = VersusEngineer(scorer, k_max=config.k_max, max_batch=config.max_batch)
+    objective = VersusEngineer(
+        scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
+    )
     tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
     visits = visited_cells(run, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
     plain = collapsed(table, acceptance)

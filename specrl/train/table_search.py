@@ -52,6 +52,7 @@ from specrl.seeds import CONFIRM_SEED
 from specrl.table import KTable, table_from_json
 from specrl.train.search import (
     MIN_MOVE_GAIN,
+    WORST_WEIGHT,
     VersusEngineer,
     own_start_name,
     relative_objective,
@@ -155,11 +156,13 @@ class TableSearchResult:
     and on the confirmation seeds."""
     engineers: dict[str, str] = field(default_factory=dict)
     """Per workload, its engineer's method (tuned on that workload's tuning seeds)."""
+    objective: str = field(default_factory=relative_objective)
+    """The score on either set of seeds, in words (``VersusEngineer.objective``)."""
 
     def to_json(self) -> dict:
         return {
             "method": "search",
-            "objective": relative_objective() + ", the mean of its values on both sets of seeds",
+            "objective": self.objective + ", the mean of its values on both sets of seeds",
             "ratios": {w: list(r) for w, r in self.ratios.items()},
             "engineers": self.engineers,
             "workloads": self.workloads,
@@ -192,7 +195,7 @@ class TableSearchResult:
             lines.append(f"  {self.score / learned:.4f}x the learned table's score")
         if self.ratios:
             lines.append(
-                f"  score: {relative_objective()}; over each workload's engineer "
+                f"  score: {self.objective}; over each workload's engineer "
                 "(tuning, confirmation seeds): "
                 + ", ".join(
                     f"{w} {a:.4f}/{b:.4f} ({self.engineers[w]})"
@@ -208,18 +211,29 @@ class TableSearchResult:
 
 
 def best_table(
-    table: KTable, scorer: Scorer, confirm: Scorer, *, progress: bool = False
+    table: KTable,
+    scorer: Scorer,
+    confirm: Scorer,
+    *,
+    progress: bool = False,
+    worst_weight: float = WORST_WEIGHT,
 ) -> TableSearchResult:
     """Search batch x acceptance tables from ``table`` and the engineer's schedules (see the
     module); ``scorer`` holds the envs (workloads) and the tuning seeds, ``confirm`` the same
-    envs on the confirmation seeds."""
+    envs on the confirmation seeds; ``worst_weight``, the score's weight on the worst
+    workload (:class:`~specrl.train.search.VersusEngineer`)."""
     clock = time.perf_counter()
     k_max, max_batch = table.k_max, table.max_batch
     played = (scorer.episodes + confirm.episodes, scorer.surrogate_s + confirm.surrogate_s)
-    tune = VersusEngineer(scorer, k_max=k_max, max_batch=max_batch)
-    both = _Both(
-        tune, VersusEngineer(confirm, k_max=k_max, max_batch=max_batch, engineers=tune.engineers)
+    tune = VersusEngineer(scorer, k_max=k_max, max_batch=max_batch, worst_weight=worst_weight)
+    again = VersusEngineer(
+        confirm,
+        k_max=k_max,
+        max_batch=max_batch,
+        engineers=tune.engineers,
+        worst_weight=worst_weight,
     )
+    both = _Both(tune, again)
     k, b, _ = best_threshold(scorer, k_max, max_batch)
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
     sweep = sweep_dense(bucket_k, max_batch)
@@ -274,7 +288,8 @@ def best_table(
                 strict=True,
             )
         ),
-        engineers={w: m for w, (m, _) in tune.engineers.items()},
+        engineers=tune.engineer_methods(),
+        objective=tune.objective,
     )
 
 
@@ -398,16 +413,23 @@ def _moves(grid: TableGrid, buckets, i: int, sweep, learned: TableGrid) -> dict[
 
 
 def search_native(
-    run_dir, table: KTable, *, workloads: list[str] | None = None, progress: bool = True
+    run_dir,
+    table: KTable,
+    *,
+    workloads: list[str] | None = None,
+    progress: bool = True,
+    worst_weight: float = WORST_WEIGHT,
 ) -> TableSearchResult:
     """:func:`best_table` from the run's exported ``table``, judged on ``workloads`` (presets or
     trace files; default: the run's training mix) in the surrogate of the run's profile and
-    sizes."""
+    sizes, scored with ``worst_weight`` on the worst workload."""
     run = as_run(run_dir)
     names = list(workloads or run.config.workloads)
     envs = [run.env(w) for w in names]
     confirm = Scorer(envs, tuning_seeds(seed=CONFIRM_SEED))
-    return best_table(table, Scorer(envs, tuning_seeds()), confirm, progress=progress)
+    return best_table(
+        table, Scorer(envs, tuning_seeds()), confirm, progress=progress, worst_weight=worst_weight
+    )
 
 
 def native_file(table: KTable, result: TableSearchResult) -> KTable:
