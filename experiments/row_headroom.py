@@ -27,6 +27,12 @@ rule runs from estimates a serving engine could keep:
   tokens over its accepted tokens plus rejections, shrunk toward the episode's figure so far
   (:data:`COUNT_PRIOR`), the mean over the rows the step decodes. What a serving stack could
   keep without a profile.
+* ``scalar-no-left``, ``scalar-last-context``, ``scalar-table-view``: ``pooled-scalar`` with
+  what a table indexed by batch size and one figure does not see taken away, one piece at a
+  time: each row's tokens left (every row taken to draft the full K), the coming step's
+  context (the last step's, as the observation reads it, in its place), and both. Between
+  ``pooled-scalar`` and ``table-rule`` they say which piece holds the headroom, and whether
+  the rest is the rule's (the oracle's step costs against the goodput formula's).
 * ``table-rule``: what a table indexed by batch size and one acceptance figure can do with
   ``pooled-scalar``: the goodput formula (:meth:`~specrl.policies.Goodput.best_k`: batch,
   the last step's context and the figure, no row's own tokens left) reading the
@@ -63,6 +69,9 @@ MODES = (
     "pooled-scalar",
     "ema-scalar",
     "counts-scalar",
+    "scalar-no-left",
+    "scalar-last-context",
+    "scalar-table-view",
     "table-rule",
     "truth",
 )
@@ -92,7 +101,8 @@ class Args:
     """Each step multiplies a row's log-likelihood so far by this (1: a fixed level)."""
     modes: Annotated[tuple[str, ...], comma_list(_mode)] = ("per-row", "pooled")
     """Estimates the rule runs from, besides the truth (per-row, pooled, pooled-scalar,
-    ema-scalar, counts-scalar, table-rule)."""
+    ema-scalar, counts-scalar, scalar-no-left, scalar-last-context, scalar-table-view,
+    table-rule)."""
     table: str = ""
     """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
 
@@ -205,6 +215,13 @@ class RowEstimateRule(KPolicy):
         ] + [self._survival(int(g), 1, self._candidates[int(g)][2]) for g in incoming]
         left = np.concatenate([e._left[:n0], left_in])
         ctx = np.concatenate([e._ctx[:n0], ctx_in])
+        max_ctx = int(ctx.max()) if len(ctx) else 0
+        if self.mode in ("scalar-no-left", "scalar-table-view"):
+            left = np.full_like(left, e.k_max + 1)  # every row drafts the full K
+        if self.mode in ("scalar-last-context", "scalar-table-view"):
+            from specrl.envs.base import CONTEXT
+
+            max_ctx = min(int(round(float(rows[0][CONTEXT]) * e.max_len)), e.max_len - 1)
         if not survive:
             self._last_k = 0
             return np.array([0])
@@ -212,7 +229,7 @@ class RowEstimateRule(KPolicy):
             survive = [self._counts_curve(e, n0, len(survive))] * len(survive)
         elif self.mode == "pooled":
             survive = [np.mean(survive, axis=0)] * len(survive)
-        elif self.mode == "pooled-scalar":
+        elif self.mode == "pooled-scalar" or self.mode.startswith("scalar-"):
             survive = [scalar_survival(np.mean(survive, axis=0))] * len(survive)
         elif self.mode == "ema-scalar":
             tracker = e.acceptance
@@ -222,7 +239,7 @@ class RowEstimateRule(KPolicy):
             else:  # nothing measured lately: the pooled estimate's, as the table probes
                 curve = scalar_survival(np.mean(survive, axis=0))
             survive = [curve] * len(survive)
-        self._last_k = e._myopic_k(np.array(survive), left, int(ctx.max()))
+        self._last_k = e._myopic_k(np.array(survive), left, max_ctx)
         return np.array([self._last_k])
 
     def _table_rule(self, row: np.ndarray) -> int:

@@ -421,3 +421,45 @@ def test_row_headroom_table_rule_is_the_goodput_formula_on_the_observed_estimate
     plain = module.RowEstimateRule(SurrogateSpecEnv(**kw), "table-rule")
     with pytest.raises(ValueError, match="acceptance_estimate='requests'"):
         plain.predict(SurrogateSpecEnv(**kw).reset(seed=2)[0])
+
+
+def test_row_headroom_table_view_modes_take_away_one_piece_each():
+    """``scalar-no-left``, ``scalar-last-context`` and ``scalar-table-view`` hand the oracle's
+    rule the same one-figure curve as ``pooled-scalar`` and take away what a table does not
+    see: each row's tokens left (every row drafts the full K), the coming step's context (the
+    observation's, the last step's, instead), or both."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.envs.base import CONTEXT
+
+    module = load("row_headroom")
+    env = SurrogateSpecEnv(workload="ramp", workload_kwargs={"peak": 16}, max_batch=16)
+    obs, _ = env.reset(seed=3)
+    e = env.unwrapped
+    # A step of several rows, one of them near its end (fewer tokens left than K max).
+    while not (e._n >= 4 and (e._left[: e._n] <= e.k_max).any()):
+        obs, *_ = env.step(2)
+    seen = {}
+    coming = e._myopic_k
+    for mode in ("pooled-scalar", "scalar-no-left", "scalar-last-context", "scalar-table-view"):
+
+        def record(survive, left, max_ctx, mode=mode):
+            seen[mode] = (survive.copy(), left.copy(), max_ctx)
+            return coming(survive, left, max_ctx)
+
+        e._myopic_k = record
+        module.RowEstimateRule(env, mode).predict(obs)
+    survive, left, ctx = seen["pooled-scalar"]
+    assert (left < e.k_max + 1).any() and ctx > 0
+    last = min(int(round(float(obs[CONTEXT]) * e.max_len)), e.max_len - 1)
+    assert last != ctx  # the coming step's context is not the last step's here
+    full = np.full_like(left, e.k_max + 1)
+    expected = {
+        "scalar-no-left": (full, ctx),
+        "scalar-last-context": (left, last),
+        "scalar-table-view": (full, last),
+    }
+    for mode, (want_left, want_ctx) in expected.items():
+        got_survive, got_left, got_ctx = seen[mode]
+        np.testing.assert_array_equal(got_survive, survive)
+        np.testing.assert_array_equal(got_left, want_left)
+        assert got_ctx == want_ctx
