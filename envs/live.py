@@ -6,11 +6,20 @@ import statistics
 import warnings
 from pathlib import Path
 
-from specrl.envs.base import Served, SpecEnvBase
+import numpy as np
+
+from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
+from specrl.envs.request_acceptance import (
+    RequestAcceptance,
+    acceptance_logits,
+    checked_estimate,
+    logit_rates,
+    profile_groups,
+)
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.profile.fingerprint import check_compatible, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import profile_workload_kwargs, resolve_prompt
+from specrl.workload import profile_workload_kwargs, resolve_prompt, temperature_band
 from specrl.workload.prompts import token_streams
 
 
@@ -155,6 +164,13 @@ class LiveSpecEnv(SpecEnvBase):
       when ``reference_tokens_per_s`` is not given.
     * ``streams``: ``{domain: token ids}`` prompts are cut from; default: the held-out corpus
       tokenized with the pair's tokenizer.
+    * ``acceptance_estimate``: the observation's ``acceptance`` entry. ``"steps"`` (default):
+      the EMA in the table above. ``"requests"``: the batch's acceptance pooled from each
+      request's posterior over its own accepted runs, as the surrogate computes it
+      (:mod:`specrl.envs.request_acceptance`), from the engine's per-row runs; staleness is
+      then 0. It reads the candidates and the acceptance by position from ``profile``
+      (default: the shipped one), which must be of this pair's weights (acceptance belongs
+      to the pair, not the machine).
 
     Reproducible for a seed in everything but measured times: the trace, the tokens, the
     acceptance and (closed loop) the batch composition repeat; step times and, for open-loop
@@ -181,7 +197,9 @@ class LiveSpecEnv(SpecEnvBase):
         force_profile: bool = False,
         check_profile: bool = True,
         streams: dict[str, list[int]] | None = None,
+        acceptance_estimate: str = "steps",
     ):
+        self.acceptance_estimate = checked_estimate(acceptance_estimate)
         if pair is None:
             from specrl.models.pair import load_default_pair
 
@@ -222,6 +240,10 @@ class LiveSpecEnv(SpecEnvBase):
                         **profile_workload_kwargs(prof.meta),
                         **(workload_kwargs or {}),
                     }
+        self._requests = None
+        if self.acceptance_estimate == "requests":  # before the base checks a fixed trace
+            prof = self._acceptance_profile(profile, k_max, streams=streams is not None)
+            self._estimate_from(prof, max_len=max_len, k_max=k_max)
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -234,6 +256,59 @@ class LiveSpecEnv(SpecEnvBase):
             streams = token_streams(pair.tokenizer)
         self.streams = streams
         self.engine = None
+
+    def _acceptance_profile(self, profile, k_max: int, *, streams: bool) -> Profile:
+        """The profile ``acceptance_estimate="requests"`` reads (``profile``, default the
+        shipped one): refused unless it was measured on this pair's weights with at least
+        ``k_max``, and, without ``streams``, on the held-out corpus the env serves."""
+        from specrl.envs.surrogate import default_profile_path
+        from specrl.profile.freshness import remeasure_command
+
+        if isinstance(profile, Profile):
+            prof, source = profile, "profile"
+        else:
+            path = default_profile_path() if profile is None else profile
+            prof, source = load_profile(path), str(path)
+        if not streams:
+            refuse_prompts_profile(prof, source)
+        here = pair_fingerprint(self.pair, k_max=k_max, device=self.device)
+        theirs = prof.fingerprint
+        other = [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
+        if other or prof.k_max < k_max:
+            why = (
+                f"its {' and '.join(other)} weights differ from this pair's"
+                if other
+                else f"its k_max is {prof.k_max}, below {k_max}"
+            )
+            raise SpecrlError(
+                f"{source}: acceptance_estimate='requests' reads each request's acceptance "
+                f"levels from the profile, but {why}; measure this pair with "
+                f"`{remeasure_command(self.pair)}` and pass profile=PROFILE.json"
+            )
+        return prof
+
+    def _estimate_from(self, prof: Profile, *, max_len: int, k_max: int) -> None:
+        """Set up the per-request estimate from ``prof``'s acceptance."""
+        self._groups = profile_groups(prof)
+        self._group_index = {g: i for i, g in enumerate(self._groups)}
+        logits, levels = acceptance_logits(prof, self._groups, max_len, k_max)
+        bands = [b for _, b in self._groups]
+        self._requests = RequestAcceptance(logit_rates(logits), k_max, levels, bands)
+
+    def _check_trace(self, trace) -> None:
+        super()._check_trace(trace)
+        if self._requests is None:
+            return
+        missing = sorted(
+            {(r.domain, temperature_band(r.temperature)) for r in trace.requests}
+            - set(self._group_index)
+        )
+        if missing:
+            raise SpecrlError(
+                f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "
+                "profile has no acceptance for, which acceptance_estimate='requests' reads; "
+                "use a profile measured on those prompts, or acceptance_estimate='steps'"
+            )
 
     def _shipped_profile(self, k_max: int, check: bool) -> tuple[Profile | None, str]:
         """The shipped profile and ``""`` where it holds for this pair on this machine (its
@@ -314,6 +389,14 @@ class LiveSpecEnv(SpecEnvBase):
             )
         self.engine.pop_finished()
         self._trace_index: dict[int, int] = {}
+        if self._requests is not None:
+            requests = self.trace.requests
+            self._requests.start(len(requests))
+            self._trace_groups = np.array(
+                [self._group_index[r.domain, temperature_band(r.temperature)] for r in requests],
+                dtype=np.int64,
+            )
+            self._last_estimate = 0.0
 
     def close(self) -> None:
         """Free the engine and its caches; a later ``reset`` builds a new one."""
@@ -331,9 +414,30 @@ class LiveSpecEnv(SpecEnvBase):
                 seed=seed,
             )
             self._trace_index[rid] = index
+            if self._requests is not None:
+                self._requests.admit(index, int(self._trace_groups[index]))
 
     def _batch_ahead(self) -> int:
         return min(self.max_batch, self.engine.num_running + self.engine.num_waiting)
+
+    def _get_obs(self) -> np.ndarray:
+        obs = super()._get_obs()
+        if self._requests is not None:
+            index, groups = self._trace_index, self._trace_groups
+            running = self.engine.running_rows()
+            rows = np.array([index[rid] for rid, _ in running], dtype=np.int64)
+            generated = np.array([g for _, g in running], dtype=np.int64)
+            # The coming step admits the first waiting requests into its free rows; one that
+            # ends on its prefill token is not decoded.
+            free = self.max_batch - len(running)
+            incoming = [index[rid] for rid, new in self.engine.waiting_rows()[:free] if new > 1]
+            a = self._requests.estimate(
+                rows, groups[rows], generated, groups[np.array(incoming, dtype=np.int64)]
+            )
+            if a is not None:
+                self._last_estimate = a
+            obs[ACCEPTANCE], obs[STALENESS] = self._last_estimate, 0.0
+        return obs
 
     def _queued(self) -> int:
         return max(0, self.engine.num_running + self.engine.num_waiting - self.max_batch)
@@ -341,6 +445,15 @@ class LiveSpecEnv(SpecEnvBase):
     def _serve(self, k: int) -> Served:
         stats = self.engine.step(k)
         index = self._trace_index
+        if self._requests is not None and stats.drafted:
+            rows = np.array([index[r] for r in stats.row_request_ids], dtype=np.int64)
+            self._requests.observe(
+                rows,
+                self._trace_groups[rows],
+                np.array(stats.row_generated, dtype=np.int64),
+                np.array(stats.row_accepted, dtype=np.int64),
+                np.array(stats.row_drafted, dtype=np.int64),
+            )
         finished = [index.pop(f.request_id) for f in self.engine.pop_finished()]
         self.last_stats = stats
         return Served(

@@ -23,13 +23,67 @@ schedule, and run from this estimate the same rule keeps more than half of that,
 step EMA none (docs/results.md, "What each request's own accepted runs are worth").
 
 A request's level is taken as fixed; the surrogate's levels drift as a request generates.
+
+Both environments compute it: the surrogate from the rows it simulates, the live env from the
+engine's per-row accepted runs (:class:`RequestEstimate`), each reading the profile's
+acceptance through :func:`acceptance_logits`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from specrl.features import conditional_acceptance
+from specrl.errors import SpecrlError
+from specrl.features import ACCEPTANCE_ESTIMATES, conditional_acceptance
+from specrl.workload import DOMAINS
+
+
+def checked_estimate(name: str) -> str:
+    """``name`` if it is one of :data:`~specrl.features.ACCEPTANCE_ESTIMATES`, else a
+    :class:`SpecrlError` naming them."""
+    if name not in ACCEPTANCE_ESTIMATES:
+        raise SpecrlError(
+            f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got {name!r}"
+        )
+    return name
+
+
+def profile_groups(profile) -> list[tuple[str, str]]:
+    """The profile's (domain, temperature band) groups, in the order the environments index
+    them: the held-out corpus's domains first, then those of a prompts file it was measured
+    on."""
+    domains = [d for d in DOMAINS if d in profile.acceptance]
+    domains += [d for d in profile.acceptance if d not in DOMAINS]
+    return [(d, b) for d in domains for b in profile.bands]
+
+
+def acceptance_logits(
+    profile, groups: list[tuple[str, str]], max_len: int, k_max: int
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per group: the logit of the profile's acceptance by tokens generated so far (0 ..
+    ``max_len``) and draft position (``[groups, max_len + 1, k_max]``, from
+    ``acceptance_by_output``), and the request levels (``request_levels``, logit offsets)."""
+    by_output = profile.acceptance_by_output
+    bucket = np.searchsorted(by_output["edges"], np.arange(max_len + 1), side="right")
+    logits = np.zeros((len(groups), max_len + 1, k_max))
+    levels = []
+    for i, (d, b) in enumerate(groups):
+        rates = np.asarray(by_output["rates"][d][b], dtype=np.float64)[bucket, :k_max]
+        rates = np.clip(rates, 1e-6, 1 - 1e-6)
+        logits[i] = np.log(rates / (1 - rates))
+        levels.append(np.asarray(profile.request_levels[d][b], dtype=np.float64))
+    return logits, levels
+
+
+def logit_rates(logits: np.ndarray):
+    """``rates(group, level, generated, k)`` from :func:`acceptance_logits`' logits: the
+    conditional acceptance of draft positions ``0..k-1``, ``[*S, k]`` for arguments that
+    broadcast to ``S``, as the surrogate draws it (``SurrogateSpecEnv._rates``)."""
+
+    def rates(group, level, generated, k: int) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(logits[group, generated, :k] + level[..., None])))
+
+    return rates
 
 
 class RequestAcceptance:

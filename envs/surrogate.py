@@ -12,14 +12,18 @@ from pathlib import Path
 import numpy as np
 
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
-from specrl.envs.request_acceptance import RequestAcceptance
+from specrl.envs.request_acceptance import (
+    RequestAcceptance,
+    acceptance_logits,
+    checked_estimate,
+    profile_groups,
+)
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.features import ACCEPTANCE_ESTIMATES
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import DOMAINS, profile_workload_kwargs, temperature_band
+from specrl.workload import profile_workload_kwargs, temperature_band
 
 DEFAULT_PROFILE = "default-cpu.json"
 _warned_default_hardware = False
@@ -120,12 +124,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         reference_tokens_per_s: float | None = None,
         acceptance_estimate: str = "steps",
     ):
-        if acceptance_estimate not in ACCEPTANCE_ESTIMATES:
-            raise SpecrlError(
-                f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got "
-                f"{acceptance_estimate!r}"
-            )
-        self.acceptance_estimate = acceptance_estimate
+        self.acceptance_estimate = checked_estimate(acceptance_estimate)
         self.profile = self._load(profile)
         prof = self.profile
         k_max = prof.k_max if k_max is None else k_max
@@ -136,9 +135,7 @@ class SurrogateSpecEnv(SpecEnvBase):
             )
         # The profile's domains: the held-out corpus's, or those of the prompts file it was
         # measured on, whose preset workloads then draw those domains and bands.
-        domains = [d for d in DOMAINS if d in prof.acceptance]
-        domains += [d for d in prof.acceptance if d not in DOMAINS]
-        self._groups = [(d, b) for d in domains for b in prof.bands]
+        self._groups = profile_groups(prof)
         workload_kwargs = {**profile_workload_kwargs(prof.meta), **(workload_kwargs or {})}
         self._group_index = {g: i for i, g in enumerate(self._groups)}
         super().__init__(
@@ -203,15 +200,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._step_s, self._sigma = self.costs.step_s, self.costs.sigma
         self._prefill_s, self._catchup_s = self.costs.prefill_s, self.costs.catchup_s
         # Acceptance logits by group (domain, band), tokens generated so far and position.
-        by_output = prof.acceptance_by_output
-        bucket = np.searchsorted(by_output["edges"], np.arange(self.max_len + 1), side="right")
-        self._logits = np.zeros((len(self._groups), self.max_len + 1, self.k_max))
-        self._levels = []
-        for i, (d, b) in enumerate(self._groups):
-            rates = np.asarray(by_output["rates"][d][b], dtype=np.float64)[bucket, : self.k_max]
-            rates = np.clip(rates, 1e-6, 1 - 1e-6)
-            self._logits[i] = np.log(rates / (1 - rates))
-            self._levels.append(np.asarray(prof.request_levels[d][b], dtype=np.float64))
+        self._logits, self._levels = acceptance_logits(prof, self._groups, self.max_len, self.k_max)
         self._positions = np.arange(self.k_max)
         # Drifting levels: a level per grid point of z and group, and phi per group.
         drift = prof.level_drift

@@ -107,9 +107,8 @@ class TrainConfig:
     acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "steps"
     """What the observation's acceptance is: "steps" (the step EMA a serving controller
     keeps) or "requests" (pooled from each request's posterior over its own accepted runs,
-    :mod:`specrl.envs.request_acceptance`; surrogate only: the live env and the
-    LookupController do not compute it yet, so its table is judged in the surrogate, and
-    ``specrl export`` refuses it)."""
+    :mod:`specrl.envs.request_acceptance`; both envs compute it, the LookupController does
+    not yet, so ``specrl export`` refuses such a run)."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: Annotated[int | None, optional(N_REQUESTS)] = None
@@ -292,11 +291,6 @@ class TrainConfig:
             raise SpecrlError(
                 f"acceptance_estimate must be 'steps' or 'requests', got "
                 f"{self.acceptance_estimate!r}"
-            )
-        if self.env == "live" and self.acceptance_estimate != "steps":
-            raise SpecrlError(
-                "acceptance_estimate='requests' is computed by the surrogate only; train "
-                "env='live' with acceptance_estimate='steps'"
             )
         if self.env == "live" and self.n_envs != 1:
             raise SpecrlError(

@@ -351,3 +351,8 @@ def test_validate_surrogate_trace_seeds_draw_presets_and_refuse_a_trace_file(tmp
     # The oracle reads the surrogate's hidden rates, and every policy here runs live too.
     assert main([*base, "--policies", "off,oracle"]) == 2
     assert "the oracle reads the surrogate's true" in capsys.readouterr().err
+    # The per-request estimate reads the profile as the live envs are built, before --measure.
+    assert main([*base, "--measure", "--acceptance-estimate", "requests"]) == 2
+    err = capsys.readouterr().err
+    assert "measure first (`specrl profile --out P.json`)" in err
+    assert not (tmp_path / "p.json").exists()

@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrl.envs import SurrogateSpecEnv
+from specrl.envs import LiveSpecEnv, SurrogateSpecEnv
 from specrl.envs.base import ACCEPTANCE, STALENESS
-from specrl.envs.request_acceptance import RequestAcceptance
+from specrl.envs.request_acceptance import RequestAcceptance, acceptance_logits
 from specrl.errors import SpecrlError
 from specrl.features import conditional_acceptance
+from specrl.profile import pair_fingerprint
+from specrl.profile.synthetic import linear_profile
+from specrl.workload import LengthDist, temperature_band
 
 
 def _env(estimate: str, peak: int = 12) -> SurrogateSpecEnv:
@@ -30,6 +33,8 @@ class PerRowReference:
     def __init__(self, env: SurrogateSpecEnv):
         self.env = env
         self.runs: dict[int, list[tuple[int, int, int]]] = {}  # request: (generated, acc, drafted)
+        self.groups, self.levels, self.logits = env._groups, env._levels, env._logits
+        self.k_max = env.k_max
 
     def rows(self) -> dict[int, tuple[int, int, int]]:
         e = self.env
@@ -51,20 +56,19 @@ class PerRowReference:
                 self.runs.setdefault(request, []).append((generated, committed - 1, drafted))
 
     def candidates(self, group: int) -> list[tuple[int, float, float]]:
-        e = self.env
-        band = e._groups[group][1]
+        band = self.groups[group][1]
         out = []
-        for h, (_, b) in enumerate(e._groups):
+        for h, (_, b) in enumerate(self.groups):
             if b == band:
-                out += [(h, float(level), 1.0 / len(e._levels[h])) for level in e._levels[h]]
+                out += [(h, float(level), 1.0 / len(self.levels[h])) for level in self.levels[h]]
         return out
 
     def rate(self, group: int, level: float, generated: int, position: int) -> float:
-        logit = self.env._logits[group, generated, position] + level
+        logit = self.logits[group, generated, position] + level
         return 1.0 / (1.0 + np.exp(-logit))
 
     def curve(self, request: int | None, group: int, generated: int) -> np.ndarray:
-        k_max = self.env.k_max
+        k_max = self.k_max
         weights, curves = [], []
         for h, level, prior in self.candidates(group):
             w = prior
@@ -82,12 +86,15 @@ class PerRowReference:
         weights = np.array(weights) / np.sum(weights)
         return weights @ np.array(curves)
 
+    def incoming(self) -> list[int]:
+        """The groups of the requests the coming step admits and decodes."""
+        return [int(g) for g in self.env._incoming()[0]]
+
     def estimate(self) -> float:
-        e = self.env
         curves = [self.curve(r, g, gen) for r, (g, gen, _) in self.rows().items()]
-        curves += [self.curve(None, int(g), 1) for g in e._incoming()[0]]
+        curves += [self.curve(None, g, 1) for g in self.incoming()]
         pooled = np.mean(curves, axis=0)
-        return conditional_acceptance(float(pooled.sum()) / e.k_max, e.k_max)
+        return conditional_acceptance(float(pooled.sum()) / self.k_max, self.k_max)
 
 
 def test_the_observation_reads_each_requests_posterior_pooled_over_the_batch():
@@ -157,14 +164,135 @@ def test_a_requests_posterior_moves_toward_the_runs_it_accepted():
     assert posterior.estimate(np.array([], dtype=np.int64), group[:0], group[:0], group[:0]) is None
 
 
-def test_the_estimate_is_checked_and_surrogate_only():
+def test_the_estimate_is_checked_by_name_in_both_envs_and_the_config():
     from specrl.config import TrainConfig
 
     with pytest.raises(SpecrlError, match="acceptance_estimate must be one of steps, requests"):
         _env("ema")
-    with pytest.raises(SpecrlError, match="computed by the surrogate only"):
-        TrainConfig(env="live", n_envs=1, acceptance_estimate="requests")
+    with pytest.raises(SpecrlError, match="acceptance_estimate must be one of steps, requests"):
+        LiveSpecEnv(pair=object(), reference_tokens_per_s=1.0, acceptance_estimate="ema")
+    live = TrainConfig(env="live", n_envs=1, acceptance_estimate="requests")
+    assert live.acceptance_estimate == "requests"
     assert TrainConfig(acceptance_estimate="requests").acceptance_estimate == "requests"
+
+
+# ---------------------------------------------------------------------- the live env
+
+LIVE_TRACE = {
+    "n_requests": 14,
+    "prompt_lengths": LengthDist(median=12, sigma=0.3, lo=4, hi=20),
+    "output_lengths": LengthDist(median=10, sigma=0.4, lo=2, hi=16),
+}
+
+
+def _micro_profile(micro_pair, **kwargs):
+    """A profile of the micro pair's weights whose requests' levels spread (so posteriors
+    move), its acceptance the synthetic profile's."""
+    profile = linear_profile(k_max=3, level_spread=1.0, **kwargs)
+    profile.fingerprint = pair_fingerprint(micro_pair, k_max=3)
+    return profile
+
+
+def _live(micro_pair, profile, **kwargs) -> LiveSpecEnv:
+    kwargs.setdefault("workload", "steady-4")
+    kwargs.setdefault("workload_kwargs", LIVE_TRACE)
+    return LiveSpecEnv(
+        pair=micro_pair,
+        max_batch=4,
+        max_len=64,
+        k_max=3,
+        reference_tokens_per_s=100.0,
+        profile=profile,
+        acceptance_estimate="requests",
+        **kwargs,
+    )
+
+
+class LiveReference(PerRowReference):
+    """The per-row computation on the live engine: the rows the coming step decodes read
+    from its running batch and queue, each request's runs from its tokens generated before
+    and after each step (not from the step's per-row statistics, which the env reads)."""
+
+    def __init__(self, env: LiveSpecEnv, profile):
+        self.env, self.runs, self.k_max = env, {}, env.k_max
+        self.groups = [(d, b) for d in ("code", "prose", "hard") for b in profile.bands]
+        self.logits, self.levels = acceptance_logits(profile, self.groups, env.max_len, 3)
+
+    def group(self, index: int) -> int:
+        r = self.env.trace.requests[index]
+        return self.groups.index((r.domain, temperature_band(r.temperature)))
+
+    def rows(self) -> dict[int, tuple[int, int, int]]:
+        e = self.env
+        out = {}
+        for rid, generated in e.engine.running_rows():
+            index = e._trace_index[rid]
+            left = e.trace.requests[index].max_new_tokens - generated
+            out[index] = (self.group(index), generated, left)
+        return out
+
+    def incoming(self) -> list[int]:
+        e = self.env
+        free = e.max_batch - e.engine.num_running
+        waiting = e.engine.waiting_rows()[:free]
+        return [self.group(e._trace_index[rid]) for rid, new in waiting if new > 1]
+
+
+def test_the_live_env_reads_each_requests_posterior_from_the_engines_runs(micro_pair):
+    """Live, at every step of an episode whose K changes, the observation's acceptance is the
+    per-row computation over the engine's running rows and the requests its next step
+    admits, from the runs each request showed; it is never stale."""
+    profile = _micro_profile(micro_pair)
+    env = _live(micro_pair, profile)
+    reference = LiveReference(env, profile)
+    obs, _ = env.reset(seed=5)
+    ks = [3, 1, 0, 2, 3, 3, 0]
+    done, step, seen = False, 0, set()
+    while not done:
+        assert obs[ACCEPTANCE] == pytest.approx(reference.estimate(), rel=1e-5, abs=1e-6)
+        assert obs[STALENESS] == 0.0
+        seen.add(round(float(obs[ACCEPTANCE]), 4))
+        k = ks[step % len(ks)]
+        before = reference.rows()
+        obs, _, done, _, _ = env.step(k)
+        reference.record(before, k)
+        step += 1
+    assert len(seen) > 5 and len(reference.runs) >= 8  # it moved, over many requests
+
+
+def test_the_live_requests_env_passes_the_gymnasium_and_sb3_checkers(micro_pair):
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    import specrl  # noqa: F401  (registers the ids)
+
+    profile = _micro_profile(micro_pair)
+    made = gym.make(
+        "specrl/LiveSpec-v0",
+        pair=micro_pair,
+        workload="steady-4",
+        workload_kwargs=LIVE_TRACE,
+        max_batch=4,
+        max_len=64,
+        k_max=3,
+        reference_tokens_per_s=100.0,
+        profile=profile,
+        acceptance_estimate="requests",
+    )
+    assert made.spec.nondeterministic  # measured step times
+    gym_check(made.unwrapped, skip_render_check=True)
+    sb3_check(_live(micro_pair, profile), warn=True)
+
+
+def test_the_live_estimate_needs_a_profile_of_the_pair_and_of_the_traces_groups(micro_pair):
+    other = _micro_profile(micro_pair)
+    other.fingerprint = {**other.fingerprint, "draft_sha256": "0" * 64}
+    with pytest.raises(SpecrlError, match="its draft weights differ from this pair's"):
+        _live(micro_pair, other)
+    code_only = _micro_profile(micro_pair, acceptance={"code": [0.8, 0.7, 0.6]})
+    with pytest.raises(SpecrlError, match=r"\('prose', '[a-z]+'\).*no acceptance for"):
+        _live(micro_pair, code_only).reset(seed=0)  # the default mix draws every domain
 
 
 def test_the_requests_env_passes_the_gymnasium_and_sb3_checkers():

@@ -172,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
             raise SpecrlError(
                 f"{args.run} was trained on acceptance_estimate="
                 f"{run.config.acceptance_estimate!r}, which the LookupController and the "
-                "serving stacks do not compute yet (only the surrogate does); export a run "
+                "serving stacks do not compute yet (only the envs do); export a run "
                 "trained on the default acceptance_estimate='steps'"
             )
         table, fidelity = checked_table(

@@ -7,6 +7,7 @@ import math
 
 from specrl import options
 from specrl.errors import SpecrlError
+from specrl.features import ACCEPTANCE_ESTIMATES
 from specrl.files import check_output, write_json
 from specrl.policy_names import parse_policies
 from specrl.workload import load_trace, preset_trace
@@ -99,6 +100,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "slow request can hold a trace's tail alone), so one draw is a noisy yardstick",
     )
     val.add_argument(
+        "--acceptance-estimate",
+        choices=ACCEPTANCE_ESTIMATES,
+        default="steps",
+        help="the observation's acceptance in both envs: the step EMA (steps, default) or "
+        "pooled from each request's own accepted runs (requests; the live env reads the "
+        "profile's acceptance for it)",
+    )
+    val.add_argument(
         "--no-speed-check",
         action="store_true",
         help="skip the freshness checks between live rounds and the speed-matched surrogate",
@@ -142,6 +151,12 @@ def validate(args: argparse.Namespace) -> int:
         from specrl.policies.oracle import LIVE_REFUSAL
 
         raise SpecrlError(f"{LIVE_REFUSAL}: drop it from --policies")
+    if args.measure and args.acceptance_estimate != "steps":
+        raise SpecrlError(
+            "--acceptance-estimate requests reads the profile's acceptance as the live envs "
+            "are built, before --measure would measure it: measure first (`specrl profile "
+            "--out P.json`), then pass --profile P.json without --measure"
+        )
     traces = _traces(args)
     profile = None
     for option, path in (("--profile", args.measure and args.profile), ("--json", args.json)):
@@ -157,7 +172,7 @@ def validate(args: argparse.Namespace) -> int:
     if profile is not None:
         _check_profile(args, profile, pair)
     k_max = 4 if profile is None else min(4, profile.k_max)
-    setups = _live_setups(args, pair, traces, k_max)
+    setups = _live_setups(args, pair, traces, k_max, profile)
     if profile is None:
         from specrl.profile.measure import measure_profile
 
@@ -194,8 +209,11 @@ def _check_profile(args: argparse.Namespace, profile, pair) -> None:
     print(f"profile freshness ({report.seconds:.0f} s):\n{report.format()}")
 
 
-def _live_setups(args: argparse.Namespace, pair, traces: list[list], k_max: int) -> list:
-    """For each trace: (its draws, the env settings both envs share, a live env per draw)."""
+def _live_setups(
+    args: argparse.Namespace, pair, traces: list[list], k_max: int, profile=None
+) -> list:
+    """For each trace: (its draws, the env settings both envs share, a live env per draw).
+    With ``--acceptance-estimate requests`` the live envs read ``profile``'s acceptance."""
 
     from specrl.envs import LiveSpecEnv
 
@@ -204,9 +222,15 @@ def _live_setups(args: argparse.Namespace, pair, traces: list[list], k_max: int)
     for draws in traces:
         max_batch = max(c for t in draws for _, c in t.load.get("schedule", [[0, 1]]))
         max_len = max(384, *(t.max_request_len for t in draws))
-        common = {"k_max": k_max, "max_batch": max_batch, "max_len": max_len}
+        common = {
+            "k_max": k_max,
+            "max_batch": max_batch,
+            "max_len": max_len,
+            "acceptance_estimate": args.acceptance_estimate,
+        }
         # The reward's reference rate plays no part in tokens/s, so the live env needs no
-        # profile of its own.
+        # profile for it; the per-request estimate reads the profile's acceptance.
+        estimate = {} if args.acceptance_estimate == "steps" else {"profile": profile}
         lives = [
             LiveSpecEnv(
                 pair=pair,
@@ -214,6 +238,7 @@ def _live_setups(args: argparse.Namespace, pair, traces: list[list], k_max: int)
                 reference_tokens_per_s=1.0,
                 workload=t,
                 streams=streams,
+                **estimate,
                 **common,
             )
             for t in draws

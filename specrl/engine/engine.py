@@ -129,6 +129,16 @@ class SpecEngine:
     def has_work(self) -> bool:
         return bool(self._batch.running or self._batch.waiting)
 
+    def running_rows(self) -> list[tuple[int, int]]:
+        """``(request id, tokens generated so far)`` of each running row, in slot order: the
+        rows the next step decodes, before it admits any."""
+        return [(r.request_id, r.generated) for r in self._batch.running]
+
+    def waiting_rows(self) -> list[tuple[int, int]]:
+        """``(request id, max_new_tokens)`` of each waiting request, in the order steps admit
+        them."""
+        return [(r.request_id, r.max_new_tokens) for r in self._batch.waiting]
+
     def add(
         self,
         prompt_ids,

@@ -121,6 +121,7 @@ def make_live_training_env(
         max_len=config.max_len,
         profile=profile,
         force_profile=config.force_profile,
+        acceptance_estimate=config.acceptance_estimate,
     )
     return TrainingEnv(
         live,
