@@ -231,6 +231,48 @@ def test_timing_runs_at_the_profiles_thread_count_unless_told_otherwise():
         torch.set_num_threads(before)
 
 
+def test_a_profile_is_measured_leaving_one_core_free(monkeypatch):
+    """On a CPU a profile is measured with one fewer torch thread than the machine has
+    cores (at least 1) unless told; on a GPU with torch's own count."""
+    import torch
+
+    from specrl.profile.fingerprint import measuring_threads
+
+    for cores, expected in ((2, 1), (1, 1), (16, 15), (None, 1)):
+        monkeypatch.setattr("os.cpu_count", lambda cores=cores: cores)
+        assert measuring_threads("cpu") == expected
+        assert measuring_threads("cpu", 3) == 3
+    assert measuring_threads("cuda:0") == torch.get_num_threads()
+
+
+def test_specrl_profile_measures_at_that_count(micro_pair_paths, tmp_path, monkeypatch):
+    """``specrl profile --out`` sets torch to :func:`measuring_threads` before it measures
+    (``--threads`` where given), so the profile's fingerprint records that count."""
+    import torch
+
+    import specrl.profile.measure as measure
+    from specrl.cli import main
+
+    seen = []
+
+    def measured(pair, **_):
+        seen.append(torch.get_num_threads())
+        profile = linear_profile()
+        profile.meta["duration_s"] = 0.0
+        return profile
+
+    monkeypatch.setattr(measure, "measure_profile", measured)
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    pair = ["--target", micro_pair_paths.target_path, "--draft", micro_pair_paths.draft_path]
+    before = torch.get_num_threads()
+    try:
+        assert main(["profile", *pair, "--out", str(tmp_path / "a.json")]) == 0
+        assert main(["profile", *pair, "--out", str(tmp_path / "b.json"), "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 1]
+
+
 def test_check_compatible():
     prof = linear_profile()
     prof.fingerprint = _fingerprint()

@@ -83,8 +83,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threads",
         type=options.THREADS,
         default=None,
-        help=f"torch threads, 1..{options.THREADS_MAX} (default: torch's own choice; with "
-        "--check, the profile's)",
+        help=f"torch threads, 1..{options.THREADS_MAX} (default on a CPU: one fewer than its "
+        "cores, at least 1; on a GPU, torch's own choice; with --check, the profile's)",
     )
     parser.add_argument(
         "--k-max",
@@ -131,13 +131,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.check:
         return _check(args)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     if args.show:
         profile = load_profile(args.show)
     else:
+        import torch
+
+        from specrl.profile.fingerprint import measuring_threads
+
+        torch.set_num_threads(measuring_threads(args.device, args.threads))
         from specrl.profile.acceptance import ACCEPTANCE_ROWS
         from specrl.profile.measure import measure_profile
 

@@ -61,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threads",
         type=options.THREADS,
         default=None,
-        help="torch threads (default: the profile's; with --measure, torch's own choice)",
+        help="torch threads (default: the profile's; with --measure, as `specrl profile` "
+        "measures: one fewer than the CPU's cores, at least 1)",
     )
     val.add_argument(
         "--trace",
@@ -142,7 +143,13 @@ def validate(args: argparse.Namespace) -> int:
     from specrl.models.pair import load_default_pair
     from specrl.profile import load_profile, use_profile_threads
 
-    if args.threads:
+    if args.measure:
+        import torch
+
+        from specrl.profile.fingerprint import measuring_threads
+
+        torch.set_num_threads(measuring_threads(args.device, args.threads))
+    elif args.threads:
         import torch
 
         torch.set_num_threads(args.threads)

@@ -62,6 +62,21 @@ def profile_threads(profile, threads: int | None = None) -> int:
     return int(threads or profile.fingerprint.get("threads") or torch.get_num_threads())
 
 
+def measuring_threads(device: str = "cpu", threads: int | None = None) -> int:
+    """The torch thread count a profile is measured with: ``threads`` where given; on a CPU,
+    one fewer than the machine's cores (at least 1), which leaves a core to the engine's
+    Python loop and to whatever else the machine runs; on a GPU, torch's own count.
+
+    Why: with every core in torch's parallel regions, a step waits for the slowest core, and
+    on a small VM the step times then swing with the VM by more than a profile's checks
+    allow (docs/profile.md#threads)."""
+    if threads:
+        return int(threads)
+    if torch.device(device).type == "cpu":
+        return max(1, (os.cpu_count() or 1) - 1)
+    return torch.get_num_threads()
+
+
 def use_profile_threads(profile, threads: int | None = None) -> int:
     """Set torch's thread count to :func:`profile_threads` and return the count now in use. A
     profile's step times hold only at its own count: another count speeds up some batch
