@@ -33,6 +33,10 @@ rule runs from estimates a serving engine could keep:
   context (the last step's, as the observation reads it, in its place), and both. Between
   ``pooled-scalar`` and ``table-rule`` they say which piece holds the headroom, and whether
   the rest is the rule's (the oracle's step costs against the goodput formula's).
+* ``usable-table-view``: ``scalar-table-view`` with the figure carrying the rows' tokens
+  left: each row's curve is zero past the positions it can still draft (``left - 1``) before
+  the batch's curves are pooled and squeezed. Whether one figure can hold what the table
+  view loses.
 * ``table-rule``: what a table indexed by batch size and one acceptance figure can do with
   ``pooled-scalar``: the goodput formula (:meth:`~specrl.policies.Goodput.best_k`: batch,
   the last step's context and the figure, no row's own tokens left) reading the
@@ -72,9 +76,22 @@ MODES = (
     "scalar-no-left",
     "scalar-last-context",
     "scalar-table-view",
+    "usable-table-view",
     "table-rule",
     "truth",
 )
+POOLED_FIGURE = (
+    "pooled-scalar",
+    "scalar-no-left",
+    "scalar-last-context",
+    "scalar-table-view",
+    "usable-table-view",
+)
+"""Modes whose rule reads the batch's pooled curve squeezed to one figure."""
+FULL_DRAFT = ("scalar-no-left", "scalar-table-view", "usable-table-view")
+"""Modes whose rule takes every row to draft the full K (no row's tokens left)."""
+LAST_CONTEXT = ("scalar-last-context", "scalar-table-view", "usable-table-view")
+"""Modes whose rule reads the last step's context (the observation's), not the coming one's."""
 COUNT_PRIOR = 16.0
 """``counts-scalar``: a request's prior weighs as this many accept-or-reject trials."""
 FRESH_SEED = 60_000
@@ -102,7 +119,7 @@ class Args:
     modes: Annotated[tuple[str, ...], comma_list(_mode)] = ("per-row", "pooled")
     """Estimates the rule runs from, besides the truth (per-row, pooled, pooled-scalar,
     ema-scalar, counts-scalar, scalar-no-left, scalar-last-context, scalar-table-view,
-    table-rule)."""
+    usable-table-view, table-rule)."""
     table: str = ""
     """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
 
@@ -216,9 +233,12 @@ class RowEstimateRule(KPolicy):
         left = np.concatenate([e._left[:n0], left_in])
         ctx = np.concatenate([e._ctx[:n0], ctx_in])
         max_ctx = int(ctx.max()) if len(ctx) else 0
-        if self.mode in ("scalar-no-left", "scalar-table-view"):
+        if self.mode == "usable-table-view" and survive:
+            usable = np.arange(e.k_max)[None, :] < (left - 1)[:, None]
+            survive = list(np.array(survive) * usable)
+        if self.mode in FULL_DRAFT:
             left = np.full_like(left, e.k_max + 1)  # every row drafts the full K
-        if self.mode in ("scalar-last-context", "scalar-table-view"):
+        if self.mode in LAST_CONTEXT:
             from specrl.envs.base import CONTEXT
 
             max_ctx = min(int(round(float(rows[0][CONTEXT]) * e.max_len)), e.max_len - 1)
@@ -229,7 +249,7 @@ class RowEstimateRule(KPolicy):
             survive = [self._counts_curve(e, n0, len(survive))] * len(survive)
         elif self.mode == "pooled":
             survive = [np.mean(survive, axis=0)] * len(survive)
-        elif self.mode == "pooled-scalar" or self.mode.startswith("scalar-"):
+        elif self.mode in POOLED_FIGURE:
             survive = [scalar_survival(np.mean(survive, axis=0))] * len(survive)
         elif self.mode == "ema-scalar":
             tracker = e.acceptance

@@ -440,7 +440,8 @@ def test_row_headroom_table_view_modes_take_away_one_piece_each():
         obs, *_ = env.step(2)
     seen = {}
     coming = e._myopic_k
-    for mode in ("pooled-scalar", "scalar-no-left", "scalar-last-context", "scalar-table-view"):
+    modes = ("per-row", "pooled-scalar", "scalar-no-left", "scalar-last-context")
+    for mode in (*modes, "scalar-table-view", "usable-table-view"):
 
         def record(survive, left, max_ctx, mode=mode):
             seen[mode] = (survive.copy(), left.copy(), max_ctx)
@@ -463,3 +464,15 @@ def test_row_headroom_table_view_modes_take_away_one_piece_each():
         np.testing.assert_array_equal(got_survive, survive)
         np.testing.assert_array_equal(got_left, want_left)
         assert got_ctx == want_ctx
+    # usable-table-view: the table's view, its one figure pooled from each row's curve cut
+    # where the row can draft no further (tokens left - 1).
+    rows, _, _ = seen["per-row"]
+    cut = np.array(
+        [[r[j] if j < n - 1 else 0.0 for j in range(e.k_max)] for r, n in zip(rows, left)]
+    )
+    figure = module.scalar_survival(cut.mean(axis=0))
+    got_survive, got_left, got_ctx = seen["usable-table-view"]
+    np.testing.assert_allclose(got_survive, np.tile(figure, (len(left), 1)))
+    np.testing.assert_array_equal(got_left, full)
+    assert got_ctx == last
+    assert figure.sum() < survive[0].sum()  # a row near its end lowers the figure
