@@ -168,7 +168,8 @@ class LiveSpecEnv(SpecEnvBase):
       the EMA in the table above. ``"requests"``: the batch's acceptance pooled from each
       request's posterior over its own accepted runs, as the surrogate computes it
       (:mod:`specrl.envs.request_acceptance`), from the engine's per-row runs; staleness is
-      then 0. It reads the candidates and the acceptance by position from ``profile``
+      then 0. ``"usable"``: the same with each row's draft positions cut where its tokens
+      left end. Both read the candidates and the acceptance by position from ``profile``
       (default: the shipped one), which must be of this pair's weights (acceptance belongs
       to the pair, not the machine).
 
@@ -241,7 +242,7 @@ class LiveSpecEnv(SpecEnvBase):
                         **(workload_kwargs or {}),
                     }
         self._requests = None
-        if self.acceptance_estimate == "requests":  # before the base checks a fixed trace
+        if self.acceptance_estimate != "steps":  # before the base checks a fixed trace
             prof = self._acceptance_profile(profile, k_max, streams=streams is not None)
             self._estimate_from(prof, max_len=max_len, k_max=k_max)
         super().__init__(
@@ -430,10 +431,13 @@ class LiveSpecEnv(SpecEnvBase):
             # The coming step admits the first waiting requests into its free rows; one that
             # ends on its prefill token is not decoded.
             free = self.max_batch - len(running)
-            incoming = [index[rid] for rid, new in self.engine.waiting_rows()[:free] if new > 1]
-            a = self._requests.estimate(
-                rows, groups[rows], generated, groups[np.array(incoming, dtype=np.int64)]
-            )
+            waiting = [(index[rid], new) for rid, new in self.engine.waiting_rows()[:free]]
+            incoming = np.array([i for i, new in waiting if new > 1], dtype=np.int64)
+            left = None
+            if self.acceptance_estimate == "usable":  # tokens left after the step's commits
+                budget = np.array([self.trace.requests[i].max_new_tokens for i in rows])
+                left = (budget - generated, np.array([new - 1 for _, new in waiting if new > 1]))
+            a = self._requests.estimate(rows, groups[rows], generated, groups[incoming], left)
             if a is not None:
                 self._last_estimate = a
             obs[ACCEPTANCE], obs[STALENESS] = self._last_estimate, 0.0

@@ -1,5 +1,5 @@
 """The batch's acceptance from each running request's own accepted runs: the observation's
-``acceptance`` entry under ``acceptance_estimate="requests"`` (surrogate only).
+``acceptance`` entry under ``acceptance_estimate="requests"`` or ``"usable"``.
 
 The default estimate (:class:`~specrl.features.AcceptanceTracker`) is an EMA over steps of the
 batch's accepted / drafted: one figure that lags a change of the batch's make-up and is
@@ -16,7 +16,10 @@ noisy at small batch. Here every request keeps a posterior over acceptance level
   included, at their prior), of each row's posterior survival curve (the probability of
   accepting draft positions ``0..j``), squeezed to one per-token acceptance ``a`` with the
   same accepted / drafted at ``k_max`` (:func:`~specrl.features.conditional_acceptance`):
-  the form the observation's axis and a table's acceptance bins have.
+  the form the observation's axis and a table's acceptance bins have;
+* ``"usable"`` cuts each row's curve first where the row can draft no further (a row with
+  ``t`` tokens left drafts at most ``t - 1``): the figure then falls as rows near their end,
+  which a table indexed by batch size and one figure cannot see otherwise.
 
 Why: on the ramp workload the myopic oracle gains about 2% over the engineer's tuned
 schedule, and run from this estimate the same rule keeps more than half of that, from the
@@ -25,8 +28,8 @@ step EMA none (docs/results.md, "What each request's own accepted runs are worth
 A request's level is taken as fixed; the surrogate's levels drift as a request generates.
 
 Both environments compute it: the surrogate from the rows it simulates, the live env from the
-engine's per-row accepted runs (:class:`RequestEstimate`), each reading the profile's
-acceptance through :func:`acceptance_logits`.
+engine's per-row accepted runs and its queue, each reading the profile's acceptance through
+:func:`acceptance_logits`.
 """
 
 from __future__ import annotations
@@ -180,13 +183,20 @@ class RequestAcceptance:
         group: np.ndarray,
         generated: np.ndarray,
         incoming: np.ndarray,
+        left: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> float | None:
         """The per-token acceptance of the coming step's batch: its running rows (``index``,
         ``group``, ``generated``) at their posteriors and the requests it admits (their
-        groups, ``incoming``) at their priors, pooled (see the module). None when it decodes
-        no row."""
+        groups, ``incoming``) at their priors, pooled (see the module). With ``left`` (the
+        running rows' tokens left, the admitted rows'), each row's curve is cut past the
+        positions it can still draft (``"usable"``). None when it decodes no row."""
         if len(index) + len(incoming) == 0:
             return None
-        total = self.curves(index, group, generated).sum() + self._prior_curve[incoming].sum()
+        running, admitted = self.curves(index, group, generated), self._prior_curve[incoming]
+        if left is not None:
+            positions = np.arange(self.k_max)
+            running = running * (positions < (np.asarray(left[0]) - 1)[:, None])
+            admitted = admitted * (positions < (np.asarray(left[1]) - 1)[:, None])
+        total = running.sum() + admitted.sum()
         rate = float(total) / ((len(index) + len(incoming)) * self.k_max)
         return conditional_acceptance(rate, self.k_max)

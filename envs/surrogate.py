@@ -99,8 +99,9 @@ class SurrogateSpecEnv(SpecEnvBase):
       AcceptanceTracker`), as live. ``"requests"``: the batch's acceptance pooled from each
       request's posterior over its own accepted runs
       (:class:`~specrl.envs.request_acceptance.RequestAcceptance`); it is never stale, so
-      ``staleness`` reads 0. The live env and :class:`~specrl.controller.LookupController` do
-      not compute it yet: a table trained on it is served in this env only.
+      ``staleness`` reads 0. ``"usable"``: the same with each row's draft positions cut where
+      its tokens left end. The live env computes both too;
+      :class:`~specrl.controller.LookupController` does not yet.
 
     ## The oracle
 
@@ -220,7 +221,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         else:
             self._level_grid = None
         self._requests = None
-        if self.acceptance_estimate == "requests":
+        if self.acceptance_estimate != "steps":
             bands = [b for _, b in self._groups]
             self._requests = RequestAcceptance(self._rates, self.k_max, self._levels, bands)
 
@@ -228,9 +229,10 @@ class SurrogateSpecEnv(SpecEnvBase):
         obs = super()._get_obs()
         if self._requests is not None:
             n = self._n
-            incoming = self._incoming()[0]
+            incoming, _, incoming_left, _ = self._incoming()
+            left = (self._left[:n], incoming_left) if self.acceptance_estimate == "usable" else None
             a = self._requests.estimate(
-                self._index[:n], self._group[:n], self._generated[:n], incoming
+                self._index[:n], self._group[:n], self._generated[:n], incoming, left
             )
             if a is not None:
                 self._last_estimate = a

@@ -106,9 +106,10 @@ class TrainConfig:
     """env="live": use a profile measured elsewhere, or stale, with a warning."""
     acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "steps"
     """What the observation's acceptance is: "steps" (the step EMA a serving controller
-    keeps) or "requests" (pooled from each request's posterior over its own accepted runs,
-    :mod:`specrl.envs.request_acceptance`; both envs compute it, the LookupController does
-    not yet, so ``specrl export`` refuses such a run)."""
+    keeps), "requests" (pooled from each request's posterior over its own accepted runs,
+    :mod:`specrl.envs.request_acceptance`) or "usable" (the same, each row's draft positions
+    cut where its tokens left end). Both envs compute the last two, the LookupController does
+    not yet, so ``specrl export`` refuses such a run."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: Annotated[int | None, optional(N_REQUESTS)] = None
@@ -289,7 +290,7 @@ class TrainConfig:
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
         if self.acceptance_estimate not in ACCEPTANCE_ESTIMATES:
             raise SpecrlError(
-                f"acceptance_estimate must be 'steps' or 'requests', got "
+                f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got "
                 f"{self.acceptance_estimate!r}"
             )
         if self.env == "live" and self.n_envs != 1:

@@ -25,10 +25,12 @@ NEVER_MEASURED = 2**31 - 1
 """``since_measured`` before any step has drafted: at least every probe rule's
 ``after_steps`` (:mod:`specrl.table`), so a controller whose table says K=0 at the start
 probes on its first step instead of running blind until the probe interval has passed."""
-ACCEPTANCE_ESTIMATES = ("steps", "requests")
+ACCEPTANCE_ESTIMATES = ("steps", "requests", "usable")
 """What an observation's acceptance may be: ``"steps"``, the :class:`AcceptanceTracker`
 estimate every controller keeps; ``"requests"``, pooled from each request's own accepted
-runs (``specrl.envs.request_acceptance``, computed by the surrogate only)."""
+runs; ``"usable"``, the same with each row's draft positions cut where its tokens left end
+(``specrl.envs.request_acceptance``; both envs compute them, this module's controller does
+not)."""
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 """Rows decoded per step, grouped as comparisons report them (inclusive bounds)."""
 

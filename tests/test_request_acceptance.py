@@ -90,25 +90,39 @@ class PerRowReference:
         """The groups of the requests the coming step admits and decodes."""
         return [int(g) for g in self.env._incoming()[0]]
 
-    def estimate(self) -> float:
-        curves = [self.curve(r, g, gen) for r, (g, gen, _) in self.rows().items()]
+    def incoming_left(self) -> list[int]:
+        """The tokens left of the requests the coming step admits, after their first."""
+        return [int(n) for n in self.env._incoming()[2]]
+
+    def estimate(self, usable: bool = False) -> float:
+        rows = self.rows()
+        curves = [self.curve(r, g, gen) for r, (g, gen, _) in rows.items()]
         curves += [self.curve(None, g, 1) for g in self.incoming()]
+        if usable:  # a row with n tokens left drafts at most n - 1
+            lefts = [left for _, _, left in rows.values()] + self.incoming_left()
+            curves = [
+                [c[j] if j < n - 1 else 0.0 for j in range(len(c))] for c, n in zip(curves, lefts)
+            ]
         pooled = np.mean(curves, axis=0)
         return conditional_acceptance(float(pooled.sum()) / self.k_max, self.k_max)
 
 
-def test_the_observation_reads_each_requests_posterior_pooled_over_the_batch():
+@pytest.mark.parametrize("estimate", ["requests", "usable"])
+def test_the_observation_reads_each_requests_posterior_pooled_over_the_batch(estimate):
     """At every step of an episode whose K changes (rows admitted, drafting fewer than K
-    near their end, K=0 steps), the observation's acceptance is the per-row computation's,
-    and it is never stale."""
-    env = _env("requests")
+    near their end, K=0 steps), the observation's acceptance is the per-row computation's
+    (``usable``: each row's curve cut where its tokens left end), and it is never stale."""
+    env = _env(estimate)
     reference = PerRowReference(env)
     obs, _ = env.reset(seed=3)
     ks = [4, 1, 0, 2, 3, 0, 0, 4]
     done, step, seen = False, 0, set()
+    usable, cut = estimate == "usable", False
     while not done:
-        assert obs[ACCEPTANCE] == pytest.approx(reference.estimate(), rel=1e-5, abs=1e-6)
+        expected = reference.estimate(usable)
+        assert obs[ACCEPTANCE] == pytest.approx(expected, rel=1e-5, abs=1e-6)
         assert obs[STALENESS] == 0.0
+        cut |= abs(reference.estimate(not usable) - expected) > 1e-4
         seen.add(round(float(obs[ACCEPTANCE]), 3))
         k = ks[step % len(ks)]
         before = reference.rows()
@@ -116,6 +130,7 @@ def test_the_observation_reads_each_requests_posterior_pooled_over_the_batch():
         reference.record(before, k)
         step += 1
     assert len(seen) > 10 and len(reference.runs) > 20  # it moved, over many requests
+    assert cut  # rows near their end moved the usable figure away from the plain one
 
 
 def test_the_estimate_changes_what_is_observed_and_nothing_the_env_does():
@@ -167,9 +182,13 @@ def test_a_requests_posterior_moves_toward_the_runs_it_accepted():
 def test_the_estimate_is_checked_by_name_in_both_envs_and_the_config():
     from specrl.config import TrainConfig
 
-    with pytest.raises(SpecrlError, match="acceptance_estimate must be one of steps, requests"):
+    with pytest.raises(
+        SpecrlError, match="acceptance_estimate must be one of steps, requests, usable"
+    ):
         _env("ema")
-    with pytest.raises(SpecrlError, match="acceptance_estimate must be one of steps, requests"):
+    with pytest.raises(
+        SpecrlError, match="acceptance_estimate must be one of steps, requests, usable"
+    ):
         LiveSpecEnv(pair=object(), reference_tokens_per_s=1.0, acceptance_estimate="ema")
     live = TrainConfig(env="live", n_envs=1, acceptance_estimate="requests")
     assert live.acceptance_estimate == "requests"
@@ -196,6 +215,7 @@ def _micro_profile(micro_pair, **kwargs):
 def _live(micro_pair, profile, **kwargs) -> LiveSpecEnv:
     kwargs.setdefault("workload", "steady-4")
     kwargs.setdefault("workload_kwargs", LIVE_TRACE)
+    kwargs.setdefault("acceptance_estimate", "requests")
     return LiveSpecEnv(
         pair=micro_pair,
         max_batch=4,
@@ -203,7 +223,6 @@ def _live(micro_pair, profile, **kwargs) -> LiveSpecEnv:
         k_max=3,
         reference_tokens_per_s=100.0,
         profile=profile,
-        acceptance_estimate="requests",
         **kwargs,
     )
 
@@ -237,20 +256,29 @@ class LiveReference(PerRowReference):
         waiting = e.engine.waiting_rows()[:free]
         return [self.group(e._trace_index[rid]) for rid, new in waiting if new > 1]
 
+    def incoming_left(self) -> list[int]:
+        e = self.env
+        free = e.max_batch - e.engine.num_running
+        return [new - 1 for _, new in e.engine.waiting_rows()[:free] if new > 1]
 
-def test_the_live_env_reads_each_requests_posterior_from_the_engines_runs(micro_pair):
+
+@pytest.mark.parametrize("estimate", ["requests", "usable"])
+def test_the_live_env_reads_each_requests_posterior_from_the_engines_runs(micro_pair, estimate):
     """Live, at every step of an episode whose K changes, the observation's acceptance is the
     per-row computation over the engine's running rows and the requests its next step
     admits, from the runs each request showed; it is never stale."""
     profile = _micro_profile(micro_pair)
-    env = _live(micro_pair, profile)
+    env = _live(micro_pair, profile, acceptance_estimate=estimate)
     reference = LiveReference(env, profile)
     obs, _ = env.reset(seed=5)
     ks = [3, 1, 0, 2, 3, 3, 0]
     done, step, seen = False, 0, set()
+    usable, cut = estimate == "usable", False
     while not done:
-        assert obs[ACCEPTANCE] == pytest.approx(reference.estimate(), rel=1e-5, abs=1e-6)
+        expected = reference.estimate(usable)
+        assert obs[ACCEPTANCE] == pytest.approx(expected, rel=1e-5, abs=1e-6)
         assert obs[STALENESS] == 0.0
+        cut |= abs(reference.estimate(not usable) - expected) > 1e-4
         seen.add(round(float(obs[ACCEPTANCE]), 4))
         k = ks[step % len(ks)]
         before = reference.rows()
@@ -258,6 +286,7 @@ def test_the_live_env_reads_each_requests_posterior_from_the_engines_runs(micro_
         reference.record(before, k)
         step += 1
     assert len(seen) > 5 and len(reference.runs) >= 8  # it moved, over many requests
+    assert cut  # short outputs: rows near their end move the usable figure
 
 
 def test_the_live_requests_env_passes_the_gymnasium_and_sb3_checkers(micro_pair):
