@@ -121,7 +121,9 @@ class Args:
     ema-scalar, counts-scalar, scalar-no-left, scalar-last-context, scalar-table-view,
     usable-table-view, table-rule)."""
     table: str = ""
-    """A native table JSON (``specrl export``) judged on the same seeds; empty: none."""
+    """A native table JSON (``specrl export``) judged on the same seeds, in an env whose
+    observation is the estimate it was trained on (its provenance's
+    ``acceptance_estimate``); empty: none."""
 
 
 def _mode(text: str) -> str:
@@ -324,6 +326,14 @@ def run(args: Args) -> dict:
 
     seeds = list(range(args.seed, args.seed + args.episodes))
     table = load_table(args.table) if args.table else None
+    estimate = "steps" if table is None else table.provenance.get("acceptance_estimate", "steps")
+    if "table-rule" in args.modes:
+        if table is not None and estimate != "requests":
+            raise SystemExit(
+                f"--modes table-rule reads the 'requests' estimate and {args.table} was trained "
+                f"on {estimate!r}: judge them in two runs"
+            )
+        estimate = "requests"
     out = {}
     print(
         f"fresh seeds {seeds[0]}-{seeds[-1]}; tokens/s over the engineer "
@@ -335,8 +345,9 @@ def run(args: Args) -> dict:
             workload=workload,
             workload_kwargs={"peak": args.max_batch},
             max_batch=args.max_batch,
-            # Only the observation differs (the env's steps do not): what table-rule reads.
-            acceptance_estimate="requests" if "table-rule" in args.modes else "steps",
+            # Only the observation differs (the env's steps do not): what the table and
+            # table-rule read.
+            acceptance_estimate=estimate,
             **({"profile": args.profile} if args.profile else {}),
         )
         tune = Scorer([env], tuning_seeds())

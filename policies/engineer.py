@@ -209,7 +209,12 @@ class Scorer:
         for table in tables:
             key = table_key(table)
             if key not in todo and key not in self._cache:
-                todo[key] = LookupPolicy(table, max_batch=table.max_batch, k_max=table.k_max)
+                todo[key] = LookupPolicy(
+                    table,
+                    max_batch=table.max_batch,
+                    k_max=table.k_max,
+                    acceptance_estimate=self.envs[0].unwrapped.acceptance_estimate,
+                )
         self._play(todo, play_policies)
 
     def score_table(self, table) -> float:

@@ -33,6 +33,8 @@ class LookupPolicy(KPolicy):
     :param k_max: the env's ``k_max``; a table drafting more is refused.
     :param profile: the env's profile, if any: a table made for other hardware or another
         pair is refused unless ``force``.
+    :param acceptance_estimate: the env's observation acceptance (its
+        ``acceptance_estimate``); a table trained on another is refused.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class LookupPolicy(KPolicy):
         max_len: int = 1,
         profile=None,
         force: bool = False,
+        acceptance_estimate: str = "steps",
     ):
         source = "K table"
         if not isinstance(table, KTable):
@@ -60,11 +63,14 @@ class LookupPolicy(KPolicy):
         self.source = source
         if profile is not None:
             check_provenance(table, profile, force=force, source=source)
-        self._controllers: list[LookupController] = []
+        self.acceptance_estimate = acceptance_estimate
+        self._controllers = [self._controller()]  # refuses a table trained on another figure
         self.name = f"lookup:{Path(source).name}" if source != "K table" else "lookup"
 
     def _controller(self) -> LookupController:
-        return LookupController(self.table, source=self.source)
+        return LookupController(
+            self.table, source=self.source, acceptance_estimate=self.acceptance_estimate
+        )
 
     def _act(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
         while len(self._controllers) < len(rows):

@@ -78,6 +78,7 @@ def make_policy(
             max_len=max_len,
             profile=own if own is not None else profile,
             force=force,
+            acceptance_estimate=getattr(base, "acceptance_estimate", "steps"),
         )
     if kind == "hf":
         return HFHeuristic(k_max=k_max)

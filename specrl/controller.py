@@ -62,6 +62,9 @@ class LookupController:
         pair (:data:`HARD_FINGERPRINT_KEYS`) is refused. None: no check.
     :param force: use such a table anyway, with a warning.
     :param source: names the table in messages.
+    :param acceptance_estimate: the acceptance figure the caller sets on :attr:`tracker`
+        (``"steps"``: the controller's own, from :meth:`observe`); a table trained on
+        another (its provenance's ``acceptance_estimate``) is refused.
     """
 
     __slots__ = (
@@ -78,10 +81,25 @@ class LookupController:
     )
 
     def __init__(
-        self, table: KTable, *, profile=None, force: bool = False, source: str = "K table"
+        self,
+        table: KTable,
+        *,
+        profile=None,
+        force: bool = False,
+        source: str = "K table",
+        acceptance_estimate: str = "steps",
     ):
         if profile is not None:
             check_provenance(table, profile, force=force, source=source)
+        trained = table.provenance.get("acceptance_estimate", "steps")
+        if trained != acceptance_estimate:
+            raise SpecrlError(
+                f"{source} was trained on the {trained!r} acceptance estimate, and this "
+                f"controller reads {acceptance_estimate!r}: its acceptance bins would be "
+                f"read with another figure. Serve it where the observation is {trained!r} "
+                f"(an env built with acceptance_estimate={trained!r}); a serving stack's "
+                "controller computes 'steps' only"
+            )
         self.table = table
         self.tracker = AcceptanceTracker()
         self._max_batch = table.max_batch

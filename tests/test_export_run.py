@@ -422,3 +422,38 @@ def test_export_warns_when_the_table_is_below_the_engineer(run_dir, tmp_path, mo
         captured.err
     )
     assert load_table(out).provenance["against_engineer"] == versus
+
+
+def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_dir):
+    """A table exported from a run whose observation was the ``usable`` figure records it in
+    its provenance; its fidelity shadow reads that figure (as the table is served in such an
+    env), and a controller fed another figure, the serving stack's step EMA above all,
+    refuses the table rather than read its bins with the wrong number."""
+    import shutil
+
+    other = tmp_path / "usable-run"
+    shutil.copytree(run_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    config["acceptance_estimate"] = "usable"
+    (other / "config.json").write_text(json.dumps(config))
+    table = table_from_run(other)
+    assert table.provenance["acceptance_estimate"] == "usable"
+    assert "acceptance_estimate" not in table_from_run(run_dir).provenance
+    fidelity = check_fidelity(other, table, episodes=1, progress=False)
+    assert fidelity.states > 0 and fidelity.match >= 0.99
+    with pytest.raises(SpecrlError, match="trained on the 'usable' acceptance estimate"):
+        LookupController(table)
+    LookupController(table, acceptance_estimate="usable")
+    path = tmp_path / "t.json"
+    table.save(path)
+    env = surrogate(run_dir)
+    with pytest.raises(SpecrlError, match="trained on the 'usable' acceptance estimate"):
+        make_policy(f"lookup:{path}", env=env)  # this env observes the step EMA
+    usable = SurrogateSpecEnv(
+        profile=env.profile, workload="ramp", max_batch=8, acceptance_estimate="usable"
+    )
+    assert make_policy(f"lookup:{path}", env=usable).acceptance_estimate == "usable"
+    bad = table.to_json()
+    bad["provenance"]["acceptance_estimate"] = "ema"
+    with pytest.raises(SpecrlError, match=r"provenance'?\.acceptance_estimate: expected one of"):
+        table_from_json(bad)

@@ -68,7 +68,9 @@ Fields:
 * ``provenance``: where the table came from; the keys of :data:`PROVENANCE_KEYS` are
   required (more are allowed). :meth:`LookupController.load
   <specrl.controller.LookupController.load>` compares ``profile_fingerprint`` with the
-  serving machine's profile.
+  serving machine's profile. ``acceptance_estimate`` (optional, one of
+  ``specrl.features.ACCEPTANCE_ESTIMATES``; absent means ``"steps"``) names the figure the
+  acceptance bins are read with; a controller fed another refuses the table.
 
 A file that breaks any rule is rejected whole with a :class:`~specrl.errors.SpecrlError`
 naming the field.
@@ -84,7 +86,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.features import NEVER_MEASURED, STALE_STEPS
+from specrl.features import ACCEPTANCE_ESTIMATES, NEVER_MEASURED, STALE_STEPS
 from specrl.files import check_header, read_json, write_atomic
 
 TABLE_FORMAT = "specrl-k-table"
@@ -398,6 +400,12 @@ def _check_provenance(value, where: str) -> None:
             _int_field(item, at, 0, 2**63 - 1)
         elif not isinstance(item, kind):
             raise SpecrlError(f"{at}: expected a {kind.__name__}, got {item!r}")
+    estimate = value.get("acceptance_estimate", "steps")
+    if estimate not in ACCEPTANCE_ESTIMATES:
+        raise SpecrlError(
+            f"{where}.acceptance_estimate: expected one of {', '.join(ACCEPTANCE_ESTIMATES)} "
+            f"(the figure the table's acceptance bins are read with), got {estimate!r}"
+        )
     for key, item in value["profile_fingerprint"].items():
         if not (isinstance(item, str) or _is_number(item)):
             raise SpecrlError(

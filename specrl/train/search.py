@@ -681,7 +681,12 @@ def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> d
     engineer = scorer.score(sweep_dense(bucket_k, config.max_batch))
     mine = geometric_rate(
         scorer.play_policy(
-            lambda env: LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max)
+            lambda env: LookupPolicy(
+                table,
+                max_batch=config.max_batch,
+                k_max=config.k_max,
+                acceptance_estimate=config.acceptance_estimate,
+            )
         )
     )
     return {

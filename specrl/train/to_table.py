@@ -114,6 +114,8 @@ def table_from_run(
         profile_path=str(profile_path),
         workloads=list(config.workloads),
     )
+    if config.acceptance_estimate != "steps":  # the figure its acceptance bins are read with
+        prov["acceptance_estimate"] = config.acceptance_estimate
     weights = None
     if monotone:
         visits = visited_cells(run, edges, episodes=episodes, progress=progress)
@@ -263,8 +265,9 @@ class PolicyRuns:
     them afterwards (:func:`check_fidelity`)."""
 
     seeds: list[int]
-    steps: dict[str, list[list[tuple[int, int, int, int]]]]
-    """Per workload, per seed, per step: ``(rows decoded, K, drafted, accepted)``."""
+    steps: dict[str, list[list[tuple[int, int, int, int, float]]]]
+    """Per workload, per seed, per step: ``(rows decoded, K, drafted, accepted, the
+    observation's acceptance the policy chose K from)``."""
     tokens: dict[str, list]
     """Per workload: ``[committed tokens, seconds]`` over its episodes."""
     fresh: list[float]
@@ -300,7 +303,7 @@ def play_policy(
         for s in runs.seeds:
             steps = []
             for obs, k, rows, info in policy_steps(policy, env, s):
-                steps.append((rows, k, info["drafted"], info["accepted"]))
+                steps.append((rows, k, info["drafted"], info["accepted"], float(obs[ACCEPTANCE])))
                 if obs[STALENESS] == 0.0:  # the estimate is fresh
                     runs.fresh.append(float(obs[ACCEPTANCE]))
                 runs.tokens[name][0] += info["committed"]
@@ -323,7 +326,10 @@ def check_fidelity(
     """Play the run's policy on ``episodes`` seeds of each of its evaluation workloads in the
     surrogate (or take ``policy_runs``, from :func:`play_policy`), with the table's controller
     shadowing it (fed the same drafted and accepted counts), then play the table alone on the
-    same seeds (:class:`LookupPolicy`)."""
+    same seeds (:class:`LookupPolicy`). A run trained on a per-request estimate
+    (``acceptance_estimate`` other than ``"steps"``) has its table's controller read the
+    observation's acceptance, as :class:`LookupPolicy` serves it in that env, not a step EMA
+    of its own."""
     from tqdm.auto import tqdm
 
     from specrl.envs.rollout import run_episode
@@ -353,19 +359,30 @@ def check_fidelity(
         desc="fidelity: table",
         disable=not progress,
     )
+    observed = config.acceptance_estimate != "steps"
     for name in config.eval_workloads:
         env = run.env(name)
         mine = {"states": 0, "matches": 0, "table": [0, 0.0]}
         mine["policy"] = policy_runs.tokens[name]
         for s, steps in zip(policy_runs.seeds, policy_runs.steps[name]):
-            shadow = LookupController(table)
-            for rows, k, drafted, accepted in steps:
+            shadow = LookupController(table, acceptance_estimate=config.acceptance_estimate)
+            for rows, k, drafted, accepted, seen in steps:
+                if observed:  # the figure the env computed, never stale
+                    shadow.tracker.estimate, shadow.tracker.since_measured = seen, 0
                 if rows > 0:
                     mine["states"] += 1
                     mine["matches"] += int(shadow.choose_k(rows) == k)
-                shadow.observe(drafted, accepted, k)
+                if not observed:
+                    shadow.observe(drafted, accepted, k)
             served = run_episode(
-                env, LookupPolicy(table, max_batch=config.max_batch, k_max=config.k_max), seed=s
+                env,
+                LookupPolicy(
+                    table,
+                    max_batch=config.max_batch,
+                    k_max=config.k_max,
+                    acceptance_estimate=config.acceptance_estimate,
+                ),
+                seed=s,
             )
             mine["table"][0] += served.tokens
             mine["table"][1] += served.seconds
