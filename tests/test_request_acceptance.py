@@ -114,23 +114,28 @@ def test_the_observation_reads_each_requests_posterior_pooled_over_the_batch(est
     (``usable``: each row's curve cut where its tokens left end), and it is never stale."""
     env = _env(estimate)
     reference = PerRowReference(env)
-    obs, _ = env.reset(seed=3)
-    ks = [4, 1, 0, 2, 3, 0, 0, 4]
-    done, step, seen = False, 0, set()
-    usable, cut = estimate == "usable", False
+    seen, cut = walk_against(reference, env, 3, [4, 1, 0, 2, 3, 0, 0, 4], estimate == "usable")
+    assert seen > 10 and len(reference.runs) > 20  # it moved, over many requests
+    assert cut  # rows near their end moved the usable figure away from the plain one
+
+
+def walk_against(reference, env, seed: int, ks: list[int], usable: bool) -> tuple[int, bool]:
+    """Play one episode of ``env`` at the Ks ``ks`` in turn, asserting at every step that the
+    observation is ``reference``'s estimate and never stale. Returns how many distinct
+    figures it showed, and whether cutting rows at their tokens left ever moved it."""
+    obs, _ = env.reset(seed=seed)
+    done, step, seen, cut = False, 0, set(), False
     while not done:
         expected = reference.estimate(usable)
         assert obs[ACCEPTANCE] == pytest.approx(expected, rel=1e-5, abs=1e-6)
         assert obs[STALENESS] == 0.0
         cut |= abs(reference.estimate(not usable) - expected) > 1e-4
-        seen.add(round(float(obs[ACCEPTANCE]), 3))
-        k = ks[step % len(ks)]
+        seen.add(round(float(obs[ACCEPTANCE]), 4))
         before = reference.rows()
-        obs, _, done, _, _ = env.step(k)
-        reference.record(before, k)
+        obs, _, done, _, _ = env.step(ks[step % len(ks)])
+        reference.record(before, ks[step % len(ks)])
         step += 1
-    assert len(seen) > 10 and len(reference.runs) > 20  # it moved, over many requests
-    assert cut  # rows near their end moved the usable figure away from the plain one
+    return len(seen), cut
 
 
 def test_the_estimate_changes_what_is_observed_and_nothing_the_env_does():
@@ -270,22 +275,8 @@ def test_the_live_env_reads_each_requests_posterior_from_the_engines_runs(micro_
     profile = _micro_profile(micro_pair)
     env = _live(micro_pair, profile, acceptance_estimate=estimate)
     reference = LiveReference(env, profile)
-    obs, _ = env.reset(seed=5)
-    ks = [3, 1, 0, 2, 3, 3, 0]
-    done, step, seen = False, 0, set()
-    usable, cut = estimate == "usable", False
-    while not done:
-        expected = reference.estimate(usable)
-        assert obs[ACCEPTANCE] == pytest.approx(expected, rel=1e-5, abs=1e-6)
-        assert obs[STALENESS] == 0.0
-        cut |= abs(reference.estimate(not usable) - expected) > 1e-4
-        seen.add(round(float(obs[ACCEPTANCE]), 4))
-        k = ks[step % len(ks)]
-        before = reference.rows()
-        obs, _, done, _, _ = env.step(k)
-        reference.record(before, k)
-        step += 1
-    assert len(seen) > 5 and len(reference.runs) >= 8  # it moved, over many requests
+    seen, cut = walk_against(reference, env, 5, [3, 1, 0, 2, 3, 3, 0], estimate == "usable")
+    assert seen > 5 and len(reference.runs) >= 8  # it moved, over many requests
     assert cut  # short outputs: rows near their end move the usable figure
 
 
