@@ -424,7 +424,7 @@ def test_export_warns_when_the_table_is_below_the_engineer(run_dir, tmp_path, mo
     assert load_table(out).provenance["against_engineer"] == versus
 
 
-def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_dir):
+def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_dir, capsys):
     """A table exported from a run whose observation was the ``usable`` figure records it in
     its provenance; its fidelity shadow reads that figure (as the table is served in such an
     env), and a controller fed another figure, the serving stack's step EMA above all,
@@ -453,6 +453,15 @@ def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_di
         profile=env.profile, workload="ramp", max_batch=8, acceptance_estimate="usable"
     )
     assert make_policy(f"lookup:{path}", env=usable).acceptance_estimate == "usable"
+    # specrl compare serves it only in an env of its estimate.
+    from specrl.config import load_config
+
+    compare = ["compare", "--workload", "ramp", "--n-requests", "8", "--max-batch", "8"]
+    compare += ["--episodes", "1", "--policies", f"off,lookup:{path}"]
+    compare += ["--profile", str(load_config(run_dir).profile)]
+    assert main(compare) == 2
+    assert "trained on the 'usable' acceptance estimate" in capsys.readouterr().err
+    assert main([*compare, "--acceptance-estimate", "usable"]) == 0
     bad = table.to_json()
     bad["provenance"]["acceptance_estimate"] = "ema"
     with pytest.raises(SpecrlError, match=r"provenance'?\.acceptance_estimate: expected one of"):

@@ -8,6 +8,7 @@ from pathlib import Path
 from specrl import options
 from specrl.compare import compare_policies
 from specrl.errors import SpecrlError
+from specrl.features import ACCEPTANCE_ESTIMATES
 from specrl.files import check_output, write_json
 from specrl.workload.presets import PRESETS, is_preset
 
@@ -59,6 +60,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="accept a profile (live) or a K table (lookup:) made elsewhere, or a stale profile",
     )
+    parser.add_argument(
+        "--acceptance-estimate",
+        choices=ACCEPTANCE_ESTIMATES,
+        default="steps",
+        help="the observation's acceptance, which lookup: tables and the adaptive baselines "
+        "read: the step EMA (steps, default) or a per-request figure (requests, usable), for "
+        "a table trained on one",
+    )
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--csv", metavar="OUT.csv", help="write the results as CSV")
     parser.set_defaults(func=run)
@@ -85,6 +94,7 @@ def make_env(args: argparse.Namespace):
         "k_max": args.k_max,
         "max_batch": args.max_batch,
         "max_len": args.max_len,
+        "acceptance_estimate": args.acceptance_estimate,
     }
     if args.env == "surrogate":
         return SurrogateSpecEnv(profile=profile, **common), profile
