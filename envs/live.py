@@ -10,14 +10,14 @@ import numpy as np
 
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
 from specrl.envs.request_acceptance import (
+    LogitRates,
     RequestAcceptance,
     acceptance_logits,
-    checked_estimate,
-    logit_rates,
     profile_groups,
 )
 from specrl.errors import SpecrlError, SpecrlWarning
-from specrl.profile.fingerprint import check_compatible, pair_fingerprint
+from specrl.features import checked_estimate
+from specrl.profile.fingerprint import check_compatible, other_weights, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
 from specrl.workload import profile_workload_kwargs, resolve_prompt, temperature_band
 from specrl.workload.prompts import token_streams
@@ -206,6 +206,7 @@ class LiveSpecEnv(SpecEnvBase):
 
             pair = load_default_pair(preset, device=device)
         self.pair, self.device = pair, device
+        self._pair_fingerprint: dict | None = None
         if k_max > 0 and pair.draft is None:
             raise SpecrlError(f"k_max={k_max} needs a draft model; this pair has none, use k_max=0")
         from specrl.engine import position_limit
@@ -258,8 +259,14 @@ class LiveSpecEnv(SpecEnvBase):
         self.streams = streams
         self.engine = None
 
+    def _fingerprint(self, k_max: int) -> dict:
+        """This pair's fingerprint on this device, computed once (it hashes the weights)."""
+        if self._pair_fingerprint is None:
+            self._pair_fingerprint = pair_fingerprint(self.pair, k_max=k_max, device=self.device)
+        return self._pair_fingerprint
+
     def _acceptance_profile(self, profile, k_max: int, *, streams: bool) -> Profile:
-        """The profile ``acceptance_estimate="requests"`` reads (``profile``, default the
+        """The profile a per-request estimate reads (``profile``, default the
         shipped one): refused unless it was measured on this pair's weights with at least
         ``k_max``, and, without ``streams``, on the held-out corpus the env serves."""
         from specrl.envs.surrogate import default_profile_path
@@ -272,9 +279,7 @@ class LiveSpecEnv(SpecEnvBase):
             prof, source = load_profile(path), str(path)
         if not streams:
             refuse_prompts_profile(prof, source)
-        here = pair_fingerprint(self.pair, k_max=k_max, device=self.device)
-        theirs = prof.fingerprint
-        other = [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
+        other = other_weights(prof.fingerprint, self._fingerprint(k_max))
         if other or prof.k_max < k_max:
             why = (
                 f"its {' and '.join(other)} weights differ from this pair's"
@@ -282,8 +287,8 @@ class LiveSpecEnv(SpecEnvBase):
                 else f"its k_max is {prof.k_max}, below {k_max}"
             )
             raise SpecrlError(
-                f"{source}: acceptance_estimate='requests' reads each request's acceptance "
-                f"levels from the profile, but {why}; measure this pair with "
+                f"{source}: acceptance_estimate={self.acceptance_estimate!r} reads each "
+                f"request's acceptance levels from the profile, but {why}; measure this pair with "
                 f"`{remeasure_command(self.pair)}` and pass profile=PROFILE.json"
             )
         return prof
@@ -294,7 +299,7 @@ class LiveSpecEnv(SpecEnvBase):
         self._group_index = {g: i for i, g in enumerate(self._groups)}
         logits, levels = acceptance_logits(prof, self._groups, max_len, k_max)
         bands = [b for _, b in self._groups]
-        self._requests = RequestAcceptance(logit_rates(logits), k_max, levels, bands)
+        self._requests = RequestAcceptance(LogitRates(logits), k_max, levels, bands)
 
     def _check_trace(self, trace) -> None:
         super()._check_trace(trace)
@@ -307,8 +312,9 @@ class LiveSpecEnv(SpecEnvBase):
         if missing:
             raise SpecrlError(
                 f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "
-                "profile has no acceptance for, which acceptance_estimate='requests' reads; "
-                "use a profile measured on those prompts, or acceptance_estimate='steps'"
+                f"profile has no acceptance for, which acceptance_estimate="
+                f"{self.acceptance_estimate!r} reads; use a profile measured on those prompts, "
+                "or acceptance_estimate='steps'"
             )
 
     def _shipped_profile(self, k_max: int, check: bool) -> tuple[Profile | None, str]:
@@ -326,7 +332,7 @@ class LiveSpecEnv(SpecEnvBase):
             try:
                 check_compatible(
                     prof,
-                    pair_fingerprint(self.pair, k_max=k_max, device=self.device),
+                    self._fingerprint(k_max),
                     source=str(path),
                     remeasure=remeasure,
                 )
@@ -361,7 +367,7 @@ class LiveSpecEnv(SpecEnvBase):
 
         check_compatible(
             prof,
-            pair_fingerprint(self.pair, k_max=k_max, device=self.device),
+            self._fingerprint(k_max),
             force=force,
             source=source,
             remeasure=remeasure_command(self.pair, profile_prompts(prof)),

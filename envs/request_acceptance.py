@@ -36,19 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.errors import SpecrlError
-from specrl.features import ACCEPTANCE_ESTIMATES, conditional_acceptance
+from specrl.features import conditional_acceptance
 from specrl.workload import DOMAINS
-
-
-def checked_estimate(name: str) -> str:
-    """``name`` if it is one of :data:`~specrl.features.ACCEPTANCE_ESTIMATES`, else a
-    :class:`SpecrlError` naming them."""
-    if name not in ACCEPTANCE_ESTIMATES:
-        raise SpecrlError(
-            f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got {name!r}"
-        )
-    return name
 
 
 def profile_groups(profile) -> list[tuple[str, str]]:
@@ -78,15 +67,18 @@ def acceptance_logits(
     return logits, levels
 
 
-def logit_rates(logits: np.ndarray):
+class LogitRates:
     """``rates(group, level, generated, k)`` from :func:`acceptance_logits`' logits: the
     conditional acceptance of draft positions ``0..k-1``, ``[*S, k]`` for arguments that
-    broadcast to ``S``, as the surrogate draws it (``SurrogateSpecEnv._rates``)."""
+    broadcast to ``S``: how the surrogate draws acceptance (its ``_rates``) and how both
+    envs' per-request estimates read it. A class, not a closure, so that an env holding one
+    pickles (a training run's saved state does)."""
 
-    def rates(group, level, generated, k: int) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(logits[group, generated, :k] + level[..., None])))
+    def __init__(self, logits: np.ndarray):
+        self.logits = logits
 
-    return rates
+    def __call__(self, group, level, generated, k: int) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.logits[group, generated, :k] + level[..., None])))
 
 
 class RequestAcceptance:

@@ -13,12 +13,13 @@ import numpy as np
 
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
 from specrl.envs.request_acceptance import (
+    LogitRates,
     RequestAcceptance,
     acceptance_logits,
-    checked_estimate,
     profile_groups,
 )
 from specrl.errors import SpecrlError, SpecrlWarning
+from specrl.features import checked_estimate
 from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
@@ -202,6 +203,10 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._prefill_s, self._catchup_s = self.costs.prefill_s, self.costs.catchup_s
         # Acceptance logits by group (domain, band), tokens generated so far and position.
         self._logits, self._levels = acceptance_logits(prof, self._groups, self.max_len, self.k_max)
+        # _rates(group, level, generated, k): each row's true conditional acceptance of draft
+        # positions 0..k-1, [*S, k] for arguments that broadcast to S (RequestAcceptance asks
+        # for rows x candidates); the live env's estimate reads the same function.
+        self._rates = LogitRates(self._logits)
         self._positions = np.arange(self.k_max)
         # Drifting levels: a level per grid point of z and group, and phi per group.
         drift = prof.level_drift
@@ -359,20 +364,6 @@ class SurrogateSpecEnv(SpecEnvBase):
             arr[:m] = arr[keep]
         self._n = m
         return finished
-
-    def _rates(
-        self,
-        group: np.ndarray,  # [n] (domain, band) index per row
-        level: np.ndarray,  # [n] the request's logit offset
-        generated: np.ndarray,  # [n] tokens generated so far
-        k: int,
-    ) -> np.ndarray:  # [n, k]
-        """True conditional acceptance of draft positions ``0..k-1`` per row. Any shape
-        ``S`` that ``group``, ``level`` and ``generated`` broadcast to gives ``[*S, k]``
-        (:class:`~specrl.envs.request_acceptance.RequestAcceptance` asks for rows x
-        candidates)."""
-        logits = self._logits[group, generated, :k] + level[..., None]
-        return 1.0 / (1.0 + np.exp(-logits))
 
     def _drift_levels(self) -> None:
         """Bring the running rows' levels up to the tokens they have generated (drifting

@@ -26,7 +26,7 @@ from typing import Annotated
 
 from specrl.dataclass_cli import comma_list, one_of, optional, value
 from specrl.errors import SpecrlError
-from specrl.features import ACCEPTANCE_ESTIMATES
+from specrl.features import ACCEPTANCE_ESTIMATES, checked_estimate
 from specrl.files import check_header, read_json, write_json
 from specrl.options import (
     BATCH,
@@ -288,11 +288,7 @@ class TrainConfig:
         """The training env, the run to start from and the model preset."""
         if self.env not in ("surrogate", "live"):
             raise SpecrlError(f"env must be 'surrogate' or 'live', got {self.env!r}")
-        if self.acceptance_estimate not in ACCEPTANCE_ESTIMATES:
-            raise SpecrlError(
-                f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got "
-                f"{self.acceptance_estimate!r}"
-            )
+        checked_estimate(self.acceptance_estimate)
         if self.env == "live" and self.n_envs != 1:
             raise SpecrlError(
                 f"env='live' trains on one engine: n_envs must be 1, got {self.n_envs}"

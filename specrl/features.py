@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from specrl.errors import SpecrlError
+
 ACCEPTANCE_EMA = 0.25
 """Weight of the newest step in the acceptance estimate."""
 STALE_STEPS = 32
@@ -31,6 +33,18 @@ estimate every controller keeps; ``"requests"``, pooled from each request's own 
 runs; ``"usable"``, the same with each row's draft positions cut where its tokens left end
 (``specrl.envs.request_acceptance``; both envs compute them, this module's controller does
 not)."""
+
+
+def checked_estimate(name: str) -> str:
+    """``name`` if it is one of :data:`ACCEPTANCE_ESTIMATES`, else a :class:`SpecrlError`
+    naming them."""
+    if name not in ACCEPTANCE_ESTIMATES:
+        raise SpecrlError(
+            f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got {name!r}"
+        )
+    return name
+
+
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 """Rows decoded per step, grouped as comparisons report them (inclusive bounds)."""
 

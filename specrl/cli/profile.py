@@ -225,7 +225,12 @@ def _check_pair(args: argparse.Namespace, profile, source: str):
 
 
 def _check(args: argparse.Namespace) -> int:
-    from specrl.profile.fingerprint import check_compatible, pair_fingerprint, use_profile_threads
+    from specrl.profile.fingerprint import (
+        check_compatible,
+        other_weights,
+        pair_fingerprint,
+        use_profile_threads,
+    )
     from specrl.profile.freshness import all_cell_batches, check_freshness
     from specrl.profile.schema import load_profile
 
@@ -248,7 +253,7 @@ def _check(args: argparse.Namespace) -> int:
             f"{args.check} records no weights hash for its target (a synthetic profile?); "
             "there is no pair to time it against"
         )
-    other = [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
+    other = other_weights(theirs, here)
     if other:
         # Timing another pair says nothing about this profile.
         raise SpecrlError(

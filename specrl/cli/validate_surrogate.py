@@ -105,8 +105,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=ACCEPTANCE_ESTIMATES,
         default="steps",
         help="the observation's acceptance in both envs: the step EMA (steps, default) or "
-        "pooled from each request's own accepted runs (requests; the live env reads the "
-        "profile's acceptance for it)",
+        "pooled from each request's own accepted runs (requests, usable; the live env reads "
+        "the profile's acceptance for them)",
     )
     val.add_argument(
         "--no-speed-check",
@@ -160,9 +160,9 @@ def validate(args: argparse.Namespace) -> int:
         raise SpecrlError(f"{LIVE_REFUSAL}: drop it from --policies")
     if args.measure and args.acceptance_estimate != "steps":
         raise SpecrlError(
-            "--acceptance-estimate requests reads the profile's acceptance as the live envs "
-            "are built, before --measure would measure it: measure first (`specrl profile "
-            "--out P.json`), then pass --profile P.json without --measure"
+            f"--acceptance-estimate {args.acceptance_estimate} reads the profile's acceptance "
+            "as the live envs are built, before --measure would measure it: measure first "
+            "(`specrl profile --out P.json`), then pass --profile P.json without --measure"
         )
     traces = _traces(args)
     profile = None
@@ -220,7 +220,7 @@ def _live_setups(
     args: argparse.Namespace, pair, traces: list[list], k_max: int, profile=None
 ) -> list:
     """For each trace: (its draws, the env settings both envs share, a live env per draw).
-    With ``--acceptance-estimate requests`` the live envs read ``profile``'s acceptance."""
+    With a per-request ``--acceptance-estimate`` the live envs read ``profile``'s acceptance."""
 
     from specrl.envs import LiveSpecEnv
 

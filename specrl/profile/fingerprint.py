@@ -100,6 +100,12 @@ def pair_fingerprint(pair, *, k_max: int, device: str = "cpu") -> dict:
     }
 
 
+def other_weights(theirs: dict, here: dict) -> list[str]:
+    """Which of ``"target"`` and ``"draft"`` fingerprint ``theirs`` names with other weights
+    (sha256) than fingerprint ``here``."""
+    return [r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != here[f"{r}_sha256"]]
+
+
 def check_compatible(
     profile,
     fingerprint: dict,

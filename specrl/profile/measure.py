@@ -44,7 +44,7 @@ from specrl.profile.acceptance import (
     corpus_acceptance,
     prompt_acceptance,
 )
-from specrl.profile.fingerprint import pair_fingerprint
+from specrl.profile.fingerprint import other_weights, pair_fingerprint
 from specrl.profile.level_fit import fit_level_drift, level_quantiles, request_offsets
 from specrl.profile.schema import Profile
 from specrl.profile.tables import tabulate
@@ -345,9 +345,7 @@ def check_acceptance_source(
     weights, ``k_max``, kind of device (a GPU's fp16 numerics are not a CPU's), on the
     held-out corpus, with the same ``acceptance_rows`` and ``acceptance_tokens``."""
     theirs = source.fingerprint
-    other = [
-        r for r in ("target", "draft") if theirs.get(f"{r}_sha256") != fingerprint[f"{r}_sha256"]
-    ]
+    other = other_weights(theirs, fingerprint)
     if other:
         raise SpecrlError(
             f"{where}: measured on another {' and '.join(other)} (target "
