@@ -217,19 +217,24 @@ def _micro_profile(micro_pair, **kwargs):
     return profile
 
 
-def _live(micro_pair, profile, **kwargs) -> LiveSpecEnv:
-    kwargs.setdefault("workload", "steady-4")
-    kwargs.setdefault("workload_kwargs", LIVE_TRACE)
-    kwargs.setdefault("acceptance_estimate", "requests")
-    return LiveSpecEnv(
-        pair=micro_pair,
-        max_batch=4,
-        max_len=64,
-        k_max=3,
-        reference_tokens_per_s=100.0,
-        profile=profile,
+def _live_kwargs(micro_pair, profile, **kwargs) -> dict:
+    """A small live env's arguments, on the per-request estimate unless told otherwise."""
+    return {
+        "pair": micro_pair,
+        "workload": "steady-4",
+        "workload_kwargs": LIVE_TRACE,
+        "max_batch": 4,
+        "max_len": 64,
+        "k_max": 3,
+        "reference_tokens_per_s": 100.0,
+        "profile": profile,
+        "acceptance_estimate": "requests",
         **kwargs,
-    )
+    }
+
+
+def _live(micro_pair, profile, **kwargs) -> LiveSpecEnv:
+    return LiveSpecEnv(**_live_kwargs(micro_pair, profile, **kwargs))
 
 
 class LiveReference(PerRowReference):
@@ -288,18 +293,7 @@ def test_the_live_requests_env_passes_the_gymnasium_and_sb3_checkers(micro_pair)
     import specrl  # noqa: F401  (registers the ids)
 
     profile = _micro_profile(micro_pair)
-    made = gym.make(
-        "specrl/LiveSpec-v0",
-        pair=micro_pair,
-        workload="steady-4",
-        workload_kwargs=LIVE_TRACE,
-        max_batch=4,
-        max_len=64,
-        k_max=3,
-        reference_tokens_per_s=100.0,
-        profile=profile,
-        acceptance_estimate="requests",
-    )
+    made = gym.make("specrl/LiveSpec-v0", **_live_kwargs(micro_pair, profile))
     assert made.spec.nondeterministic  # measured step times
     gym_check(made.unwrapped, skip_render_check=True)
     sb3_check(_live(micro_pair, profile), warn=True)
