@@ -9,12 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
-from specrl.envs.request_acceptance import (
-    LogitRates,
-    RequestAcceptance,
-    acceptance_logits,
-    profile_groups,
-)
+from specrl.envs.request_acceptance import profile_groups, request_posterior
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import checked_estimate
 from specrl.profile.fingerprint import check_compatible, other_weights, pair_fingerprint
@@ -245,7 +240,7 @@ class LiveSpecEnv(SpecEnvBase):
         self._requests = None
         if self.acceptance_estimate != "steps":  # before the base checks a fixed trace
             prof = self._acceptance_profile(profile, k_max, streams=streams is not None)
-            self._estimate_from(prof, max_len=max_len, k_max=k_max)
+            self._estimate_from(prof, k_max=k_max)
         super().__init__(
             workload=workload,
             workload_kwargs=workload_kwargs,
@@ -293,13 +288,11 @@ class LiveSpecEnv(SpecEnvBase):
             )
         return prof
 
-    def _estimate_from(self, prof: Profile, *, max_len: int, k_max: int) -> None:
+    def _estimate_from(self, prof: Profile, *, k_max: int) -> None:
         """Set up the per-request estimate from ``prof``'s acceptance."""
         self._groups = profile_groups(prof)
         self._group_index = {g: i for i, g in enumerate(self._groups)}
-        logits, levels = acceptance_logits(prof, self._groups, max_len, k_max)
-        bands = [b for _, b in self._groups]
-        self._requests = RequestAcceptance(LogitRates(logits), k_max, levels, bands)
+        self._requests = request_posterior(prof, self._groups, k_max)
 
     def _check_trace(self, trace) -> None:
         super()._check_trace(trace)

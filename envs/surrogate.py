@@ -14,9 +14,9 @@ import numpy as np
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
 from specrl.envs.request_acceptance import (
     LogitRates,
-    RequestAcceptance,
     acceptance_logits,
     profile_groups,
+    request_posterior,
 )
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import checked_estimate
@@ -204,8 +204,8 @@ class SurrogateSpecEnv(SpecEnvBase):
         # Acceptance logits by group (domain, band), tokens generated so far and position.
         self._logits, self._levels = acceptance_logits(prof, self._groups, self.max_len, self.k_max)
         # _rates(group, level, generated, k): each row's true conditional acceptance of draft
-        # positions 0..k-1, [*S, k] for arguments that broadcast to S (RequestAcceptance asks
-        # for rows x candidates); the live env's estimate reads the same function.
+        # positions 0..k-1, [*S, k] for arguments that broadcast to S; the per-request
+        # estimate reads the same logits by bucket of tokens generated.
         self._rates = LogitRates(self._logits)
         self._positions = np.arange(self.k_max)
         # Drifting levels: a level per grid point of z and group, and phi per group.
@@ -227,8 +227,7 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._level_grid = None
         self._requests = None
         if self.acceptance_estimate != "steps":
-            bands = [b for _, b in self._groups]
-            self._requests = RequestAcceptance(self._rates, self.k_max, self._levels, bands)
+            self._requests = request_posterior(prof, self._groups, self.k_max)
 
     def _get_obs(self) -> np.ndarray:
         obs = super()._get_obs()

@@ -3,7 +3,8 @@
 Pure Python (standard library and :mod:`specrl.errors`, :mod:`specrl.files`,
 :mod:`specrl.features`, :mod:`specrl.table`): a serving stack calls :meth:`choose_k` once per
 step, so importing this module loads neither numpy, torch, gymnasium nor stable-baselines3,
-and a call allocates nothing. No pickle: the table is JSON.
+and a call allocates nothing. No pickle: the table is JSON. Only a table on a per-request
+estimate (below) loads numpy, for :mod:`specrl.posterior`.
 
 Use::
 
@@ -12,6 +13,17 @@ Use::
         k = controller.choose_k(batch_size, context_len=longest_row)
         drafted, accepted = engine.step(k)            # over the whole batch
         controller.observe(drafted, accepted)         # the step ran the K chosen above
+
+A table exported from a run on a per-request estimate (its provenance's
+``acceptance_estimate``, ``"requests"`` or ``"usable"``) carries that estimate's curves, and
+the controller computes it from each request's own accepted runs (:attr:`LookupController.
+requests`, a :class:`specrl.posterior.RequestTracker`; numpy is imported for it)::
+
+    controller.requests.add(request_id, temperature=0.7, max_tokens=256)  # as it arrives
+    k = controller.choose_k(batch_size, rows=[(request_id, generated), ...], incoming=[...])
+    step = engine.step(k)                             # per row: drafted, accepted
+    controller.requests.observe(ids, generated_before, drafted, accepted)
+    controller.requests.finish(request_id)            # as it ends
 """
 
 from __future__ import annotations
@@ -52,8 +64,12 @@ class LookupController:
       lets it fire (:meth:`specrl.table.KTable.probes_at`).
 
     ``context_len`` (the batch's longest row, tokens) picks the context bin of a table that
-    has them; None means the first bin. ``step_time_s`` is accepted so that every controller
-    takes the same arguments, and ignored: the table does not index step time.
+    has them; None means the first bin. ``rows`` and ``incoming`` feed the per-request
+    estimate of a table that carries one (:attr:`requests`): the coming step's decoding rows
+    as ``(request_id, tokens generated)`` and the ids of the requests it admits; the
+    estimate is then never stale, as in the environments that compute it. ``step_time_s`` is
+    accepted so that every controller takes the same arguments, and ignored: the table does
+    not index step time.
 
     :param table: the table to serve.
     :param profile: the serving machine's profile: a ``specrl.profile.Profile``, its
@@ -62,14 +78,21 @@ class LookupController:
         pair (:data:`HARD_FINGERPRINT_KEYS`) is refused. None: no check.
     :param force: use such a table anyway, with a warning.
     :param source: names the table in messages.
-    :param acceptance_estimate: the acceptance figure the caller sets on :attr:`tracker`
-        (``"steps"``: the controller's own, from :meth:`observe`); a table trained on
-        another (its provenance's ``acceptance_estimate``) is refused.
+    :param acceptance_estimate: the acceptance figure the table is read with. None (the
+        default): the table's own (its provenance's ``acceptance_estimate``), computed here:
+        ``"steps"`` from :meth:`observe`, a per-request one from :attr:`requests` and
+        ``choose_k(rows=...)`` (the table must carry its ``request_acceptance`` block). A
+        name: the figure the caller sets on :attr:`tracker` (an environment's observation);
+        a table trained on another is refused.
+
+    :attr:`requests` is the per-request estimate's :class:`~specrl.posterior.RequestTracker`
+    for a table that carries one, else None.
     """
 
     __slots__ = (
         "table",
         "tracker",
+        "requests",
         "_cells",
         "_max_batch",
         "_inner_edges",
@@ -87,18 +110,34 @@ class LookupController:
         profile=None,
         force: bool = False,
         source: str = "K table",
-        acceptance_estimate: str = "steps",
+        acceptance_estimate: str | None = None,
     ):
         if profile is not None:
             check_provenance(table, profile, force=force, source=source)
         trained = table.provenance.get("acceptance_estimate", "steps")
-        if trained != acceptance_estimate:
+        if acceptance_estimate is None and trained != "steps":
+            if table.request_acceptance is None:
+                raise SpecrlError(
+                    f"{source} was trained on the {trained!r} acceptance estimate and has no "
+                    "'request_acceptance' field, which a controller needs to compute it; export "
+                    "it again with this specrl (`specrl export --run RUN_DIR --out TABLE.json`), "
+                    f"or serve it where the observation is {trained!r} (an env built with "
+                    f"acceptance_estimate={trained!r})"
+                )
+        elif acceptance_estimate is not None and trained != acceptance_estimate:
             raise SpecrlError(
                 f"{source} was trained on the {trained!r} acceptance estimate, and this "
                 f"controller reads {acceptance_estimate!r}: its acceptance bins would be "
                 f"read with another figure. Serve it where the observation is {trained!r} "
-                f"(an env built with acceptance_estimate={trained!r}); a serving stack's "
-                "controller computes 'steps' only"
+                f"(an env built with acceptance_estimate={trained!r}), or with the "
+                "controller's own estimate (acceptance_estimate=None)"
+            )
+        self.requests = None
+        if table.request_acceptance is not None:
+            from specrl.posterior import RequestTracker  # numpy, for this table only
+
+            self.requests = RequestTracker(
+                table.request_acceptance, table.k_max, usable=trained == "usable"
             )
         self.table = table
         self.tracker = AcceptanceTracker()
@@ -130,15 +169,26 @@ class LookupController:
         return cls(load_table(path), profile=profile, force=force, source=str(path))
 
     def reset(self) -> None:
-        """Forget the acceptance measured so far (a new deployment of the same table)."""
+        """Forget the acceptance measured so far and the requests held (a new deployment of
+        the same table)."""
         self.tracker.reset()
+        if self.requests is not None:
+            self.requests.clear()
         self._last_k = 0
 
     def observe(self, drafted: int, accepted: int, k: int | None = None) -> None:
         """Count the step just run: ``drafted`` draft tokens over the whole batch, of which
         ``accepted`` were accepted (0 and 0 for a step with K=0). ``k``: the K the step ran
         with; None means the K that :meth:`choose_k` returned last. The estimate is the
-        per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`)."""
+        per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`).
+        A table on a per-request estimate takes each row's run instead
+        (``requests.observe``)."""
+        if self.requests is not None:
+            raise SpecrlError(
+                "observe: this table reads the per-request acceptance estimate; pass each "
+                "row's run to controller.requests.observe(request_ids, generated, drafted, "
+                "accepted) instead of the batch's totals"
+            )
         try:  # index() refuses 2.5 and nan; numpy integers pass
             ok = 0 <= operator.index(accepted) <= operator.index(drafted)
         except TypeError:
@@ -158,8 +208,12 @@ class LookupController:
             )
         self.tracker.observe(drafted, accepted, k)
 
-    def choose_k(self, batch_size: int, step_time_s=None, context_len=None) -> int:
+    def choose_k(
+        self, batch_size: int, step_time_s=None, context_len=None, rows=None, incoming=()
+    ) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
+        if rows is not None:
+            self._estimate_requests(rows, incoming)
         try:
             if batch_size <= 0:
                 return 0
@@ -187,6 +241,17 @@ class LookupController:
             k = self._probe_k
         self._last_k = k
         return k
+
+    def _estimate_requests(self, rows, incoming) -> None:
+        if self.requests is None:
+            raise SpecrlError(
+                "choose_k: rows= feeds the per-request acceptance estimate, and this table "
+                "reads the steps' estimate; call choose_k(batch_size) and observe() after "
+                "each step"
+            )
+        estimate = self.requests.estimate(rows, incoming)
+        if estimate is not None:
+            self.tracker.estimate, self.tracker.since_measured = estimate, 0
 
 
 def _index_in(value, hi: int) -> bool:

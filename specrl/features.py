@@ -31,8 +31,8 @@ ACCEPTANCE_ESTIMATES = ("steps", "requests", "usable")
 """What an observation's acceptance may be: ``"steps"``, the :class:`AcceptanceTracker`
 estimate every controller keeps; ``"requests"``, pooled from each request's own accepted
 runs; ``"usable"``, the same with each row's draft positions cut where its tokens left end
-(``specrl.envs.request_acceptance``; both envs compute them, this module's controller does
-not)."""
+(:mod:`specrl.posterior`: both envs compute them, and so does the serving controller of a table
+that carries its ``request_acceptance`` block)."""
 
 
 def checked_estimate(name: str) -> str:
@@ -43,6 +43,18 @@ def checked_estimate(name: str) -> str:
             f"acceptance_estimate must be one of {', '.join(ACCEPTANCE_ESTIMATES)}, got {name!r}"
         )
     return name
+
+
+TEMPERATURE_BANDS = ("greedy", "chat", "default")
+"""The sampling bands a profile measures acceptance in (``specrl.workload.SAMPLING_CONFIGS``'
+names); a request belongs to the band of :func:`temperature_band`."""
+
+
+def temperature_band(temperature: float) -> str:
+    """The :data:`TEMPERATURE_BANDS` name whose temperature is nearest (0 only for greedy)."""
+    if temperature <= 0:
+        return "greedy"
+    return "chat" if temperature < 0.85 else "default"
 
 
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))

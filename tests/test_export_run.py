@@ -294,22 +294,35 @@ def test_export_of_a_missing_or_unfinished_run_is_a_clear_error(tmp_path, run_di
     assert "has not finished" in capsys.readouterr().err and not out.exists()
 
 
-def test_export_refuses_a_run_trained_on_the_per_request_estimate(tmp_path, run_dir, capsys):
-    """No serving controller computes ``acceptance_estimate="requests"`` yet, so a table
-    indexed by it is refused before anything is played or written."""
+def test_export_of_a_per_request_run_carries_the_estimate_a_controller_computes(
+    tmp_path, run_dir, capsys
+):
+    """A run on ``acceptance_estimate="usable"`` exports a native table that names its
+    estimate and carries the profile's candidates and curves, so a serving controller computes
+    the figure itself; the block is the profile's, bucket for bucket."""
     import json
     import shutil
 
-    other = tmp_path / "requests-run"
+    from specrl.controller import LookupController
+    from specrl.envs.request_acceptance import request_block
+    from specrl.posterior import RequestTracker
+    from specrl.train.trained import TrainedRun
+
+    other = tmp_path / "usable-run"
     shutil.copytree(run_dir, other)
     config = json.loads((other / "config.json").read_text())
-    config["acceptance_estimate"] = "requests"
+    config["acceptance_estimate"] = "usable"
     (other / "config.json").write_text(json.dumps(config))
     out = tmp_path / "t.json"
-    assert main(["export", "--run", str(other), "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert "trained on acceptance_estimate='requests'" in err and "export a run trained" in err
-    assert not out.exists()
+    assert main(["export", "--run", str(other), "--out", str(out), "--no-search"]) == 0
+    table = load_table(out)
+    assert table.provenance["acceptance_estimate"] == "usable"
+    run = TrainedRun.load(other)
+    assert table.request_acceptance == request_block(run.profile, table.k_max)
+    controller = LookupController.load(out)
+    assert isinstance(controller.requests, RequestTracker) and controller.requests.usable
+    with pytest.raises(SpecrlError, match="requests.observe"):
+        controller.observe(4, 2)
 
 
 def test_export_refuses_a_table_that_does_not_reproduce_the_policy(
@@ -442,8 +455,13 @@ def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_di
     fidelity = check_fidelity(other, table, episodes=1, progress=False)
     assert fidelity.states > 0 and fidelity.match >= 0.99
     with pytest.raises(SpecrlError, match="trained on the 'usable' acceptance estimate"):
-        LookupController(table)
+        LookupController(table, acceptance_estimate="steps")
     LookupController(table, acceptance_estimate="usable")
+    assert LookupController(table).requests is not None  # it computes the figure itself
+    bare = table.to_json()
+    del bare["request_acceptance"]
+    with pytest.raises(SpecrlError, match="has no 'request_acceptance' field"):
+        LookupController(table_from_json(bare))
     path = tmp_path / "t.json"
     table.save(path)
     env = surrogate(run_dir)

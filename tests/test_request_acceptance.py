@@ -158,13 +158,9 @@ def test_a_requests_posterior_moves_toward_the_runs_it_accepted():
     """Two levels a band apart: a request that accepts every draft reads the high level's
     curve more, one that rejects every first draft the low one's, and one never seen reads
     the prior."""
-    logits = np.zeros((2, 10, 3))
+    logits = np.zeros((2, 1, 3))  # one bucket of tokens generated
     levels = [np.array([-1.0, 1.0]), np.array([0.5])]
-
-    def rates(group, level, generated, k):  # the surrogate's form, on these logits
-        return 1.0 / (1.0 + np.exp(-(logits[group, generated, :k] + level[..., None])))
-
-    posterior = RequestAcceptance(rates, 3, levels, ["chat", "chat"])
+    posterior = RequestAcceptance(logits, [], 3, levels, ["chat", "chat"])
     posterior.start(3)
     for i in range(3):
         posterior.admit(i, 0)

@@ -168,13 +168,6 @@ def _run(args: argparse.Namespace) -> int:
         fidelity = None
     else:
         run = TrainedRun.load(args.run, args.k_max)  # loaded once, passed down
-        if run.config.acceptance_estimate != "steps":
-            raise SpecrlError(
-                f"{args.run} was trained on acceptance_estimate="
-                f"{run.config.acceptance_estimate!r}, which the LookupController and the "
-                "serving stacks do not compute yet (only the envs do); export a run "
-                "trained on the default acceptance_estimate='steps'"
-            )
         table, fidelity = checked_table(
             run,
             k_max=args.k_max,

@@ -38,6 +38,7 @@ def table_from_policy(
     probe: dict | None = None,
     monotone: bool = False,
     monotone_weights: Callable[[int, int], list[float]] | None = None,
+    request_acceptance: dict | None = None,
 ) -> KTable:
     """A table holding ``decide``'s K at each bin's representative point.
 
@@ -65,6 +66,8 @@ def table_from_policy(
     :param monotone_weights: ``monotone_weights(batch, context_index)``: how much each
         acceptance bin's K counts there (for example how often the policy met that state);
         None: every bin alike.
+    :param request_acceptance: the per-request estimate's block, for a table whose
+        provenance names one (``acceptance_estimate``; see :mod:`specrl.table.format`).
     """
     n_batch, acceptance_edges, context_bins = _checked_arguments(
         k_max, max_batch, acceptance_edges, context_bins
@@ -98,6 +101,7 @@ def table_from_policy(
         stale_k=stale_k,
         probe={"after_steps": STALE_STEPS, "k": 1} if probe is None else probe,
         provenance={**provenance, "monotone_cells_changed": changed} if monotone else provenance,
+        request_acceptance=request_acceptance,
         source=_WHERE,
     )
 

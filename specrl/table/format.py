@@ -86,7 +86,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specrl.errors import SpecrlError
-from specrl.features import ACCEPTANCE_ESTIMATES, NEVER_MEASURED, STALE_STEPS
+from specrl.features import ACCEPTANCE_ESTIMATES, NEVER_MEASURED, STALE_STEPS, TEMPERATURE_BANDS
 from specrl.files import check_header, read_json, write_atomic
 
 TABLE_FORMAT = "specrl-k-table"
@@ -128,8 +128,10 @@ _MEANING = {
     "stale_k": "K per batch bucket when the acceptance estimate is unknown or stale",
     "probe": 'the probe rule while K=0, like {"after_steps": 32, "k": 1, "scope": "all"}',
     "provenance": "where the table came from",
+    "request_acceptance": "the per-request acceptance estimate's candidates and curves",
 }
 _FIELDS = tuple(_MEANING)
+OPTIONAL_FIELDS = ("context_bins", "request_acceptance")
 
 
 @dataclass
@@ -152,6 +154,7 @@ class KTable:
     probe: dict
     provenance: dict
     context_bins: list[list[int | None]] | None = None
+    request_acceptance: dict | None = None
     source: InitVar[str] = "KTable"
 
     def __post_init__(self, source: str) -> None:
@@ -223,6 +226,10 @@ class KTable:
             if isinstance(value, list) and value and isinstance(value[0], list):
                 rows = ",\n  ".join(json.dumps(row) for row in value)
                 text = f"[\n  {rows}\n ]"
+            elif key == "request_acceptance":
+                rows = ",\n   ".join(json.dumps(g) for g in value["groups"])
+                edges = json.dumps(value["generated_edges"])
+                text = f'{{"generated_edges": {edges}, "groups": [\n   {rows}\n ]}}'
             elif key == "provenance":
                 text = json.dumps(value, indent=1).replace("\n", "\n ")
             else:
@@ -243,7 +250,7 @@ def table_from_json(obj, source: str = "K table") -> KTable:
             f"{TABLE_VERSION} table holds only {', '.join(_FIELDS)}"
         )
     for name in _FIELDS:
-        if name not in obj and name != "context_bins":
+        if name not in obj and name not in OPTIONAL_FIELDS:
             raise SpecrlError(f"{source}: missing field {name!r} ({_MEANING[name]}); {_REMAKE}")
     return KTable(**{name: obj.get(name) for name in _FIELDS}, source=source)
 
@@ -495,3 +502,58 @@ def _validate(table: KTable, source: str) -> None:
     _int_field(table.probe["k"], f"{where}.k", 1, k_max, "K of a probing step")
 
     _check_provenance(table.provenance, f"{source}: field 'provenance'")
+    if table.request_acceptance is not None:
+        estimate = table.provenance.get("acceptance_estimate", "steps")
+        where = f"{source}: field 'request_acceptance'"
+        if estimate == "steps":
+            raise SpecrlError(
+                f"{where}: read only by a table on a per-request estimate, and this one's "
+                "provenance.acceptance_estimate is 'steps'; remove the field, or set the "
+                "estimate the table was trained on"
+            )
+        check_request_block(table.request_acceptance, where, k_max)
+
+
+def check_request_block(block, where: str, k_max: int) -> None:
+    """The ``request_acceptance`` block: ``generated_edges`` (strictly increasing token
+    counts) and ``groups``, each ``{"domain", "band", "levels", "logits"}`` with logits
+    ``[len(generated_edges) + 1][k_max]``."""
+    if not isinstance(block, dict) or set(block) != {"generated_edges", "groups"}:
+        got = sorted(block) if isinstance(block, dict) else repr(block)
+        raise SpecrlError(
+            f'{where}: expected {{"generated_edges": [...], "groups": [...]}}, got {got}; {_REMAKE}'
+        )
+    edges = _list_field(block["generated_edges"], f"{where}.generated_edges")
+    for i, edge in enumerate(edges):
+        low = edges[i - 1] + 1 if i and is_int(edges[i - 1]) else 1
+        _int_field(edge, f"{where}.generated_edges[{i}]", low, CONTEXT_LIMIT, "tokens, ascending")
+    groups = _list_field(block["groups"], f"{where}.groups")
+    if not groups:
+        raise SpecrlError(f"{where}.groups: expected at least one group; {_REMAKE}")
+    seen = set()
+    for i, group in enumerate(groups):
+        at = f"{where}.groups[{i}]"
+        keys = {"domain", "band", "levels", "logits"}
+        if not isinstance(group, dict) or set(group) != keys:
+            got = sorted(group) if isinstance(group, dict) else repr(group)
+            raise SpecrlError(f"{at}: expected the keys {sorted(keys)}, got {got}")
+        domain, band = group["domain"], group["band"]
+        if not isinstance(domain, str) or not domain:
+            raise SpecrlError(f"{at}.domain: expected a domain name, got {domain!r}")
+        if band not in TEMPERATURE_BANDS:
+            raise SpecrlError(
+                f"{at}.band: expected one of {', '.join(TEMPERATURE_BANDS)}, got {band!r}"
+            )
+        if (domain, band) in seen:
+            raise SpecrlError(f"{at}: ({domain!r}, {band!r}) appears twice")
+        seen.add((domain, band))
+        levels = _list_field(group["levels"], f"{at}.levels")
+        if not levels or not all(_is_number(x) for x in levels):
+            raise SpecrlError(
+                f"{at}.levels: expected a non-empty list of finite numbers (logit offsets)"
+            )
+        logits = _list_field(group["logits"], f"{at}.logits", len(edges) + 1)
+        for j, row in enumerate(logits):
+            _list_field(row, f"{at}.logits[{j}]", k_max)
+            if not all(_is_number(x) for x in row):
+                raise SpecrlError(f"{at}.logits[{j}]: expected {k_max} finite numbers")

@@ -438,4 +438,6 @@ def native_file(table: KTable, result: TableSearchResult) -> KTable:
     fidelity check is the learned table's) and, as ``chosen_by``, how the search chose them."""
     obj = result.table.to_json()
     obj["provenance"] = dict(table.provenance, chosen_by=result.to_json())
+    if table.request_acceptance is not None:  # read with the learned table's estimate
+        obj["request_acceptance"] = table.request_acceptance
     return table_from_json(obj, source="the searched table")

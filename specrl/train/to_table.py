@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.controller import LookupController
+from specrl.envs.request_acceptance import request_block
 from specrl.errors import SpecrlError
 from specrl.seeds import HELD_OUT_SEED, VISIT_SEED
 from specrl.table import PROBE_SCOPES, KTable, check_acceptance, provenance
@@ -114,8 +115,10 @@ def table_from_run(
         profile_path=str(profile_path),
         workloads=list(config.workloads),
     )
+    block = None
     if config.acceptance_estimate != "steps":  # the figure its acceptance bins are read with
         prov["acceptance_estimate"] = config.acceptance_estimate
+        block = request_block(profile, config.k_max)  # so that a controller computes it too
     weights = None
     if monotone:
         visits = visited_cells(run, edges, episodes=episodes, progress=progress)
@@ -134,6 +137,7 @@ def table_from_run(
         probe=probe_rule(probe_scope, probe_acceptance, profile),
         monotone=monotone,
         monotone_weights=weights,
+        request_acceptance=block,
     )
 
 

@@ -6,6 +6,7 @@ See :mod:`specrl.workload.trace` for the trace format and the length distributio
 :class:`~specrl.workload.driver.TraceDriver` for how a trace is replayed.
 """
 
+from specrl.features import temperature_band
 from specrl.workload.driver import TraceDriver
 from specrl.workload.presets import (
     PRESETS,
@@ -27,7 +28,6 @@ from specrl.workload.trace import (
     Request,
     Trace,
     resolve_prompt,
-    temperature_band,
 )
 from specrl.workload.trace_file import load_trace, trace_from_json
 

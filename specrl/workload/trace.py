@@ -112,13 +112,6 @@ def known_domains(prompts_record, where: str) -> tuple[str, ...]:
     return tuple(check_domain_name(d, f"{where}.domains") for d in domains)
 
 
-def temperature_band(temperature: float) -> str:
-    """The :data:`SAMPLING_CONFIGS` name whose temperature is nearest (0 only for greedy)."""
-    if temperature <= 0:
-        return "greedy"
-    return "chat" if temperature < 0.85 else "default"
-
-
 @dataclass(frozen=True)
 class LengthDist:
     """A clipped lognormal over token counts: ``clip(round(median * exp(sigma * z)), lo, hi)``."""

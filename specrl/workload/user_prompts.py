@@ -11,7 +11,7 @@ A prompts file is JSON Lines, one object per line (blank lines are skipped)::
 * ``domain`` (default ``"user"``): groups the prompts; acceptance is measured and kept per
   domain. 1 to 64 letters, digits, ``_``, ``-`` or ``.``.
 * ``temperature`` (default 0, greedy): a number >= 0. Its band (``greedy``, ``chat`` or
-  ``default``, :func:`~specrl.workload.trace.temperature_band`) is the profile's group.
+  ``default``, :func:`~specrl.features.temperature_band`) is the profile's group.
 * ``top_p`` (default 1): a number in (0, 1].
 * ``max_new_tokens`` (default: drawn like the preset workloads' output lengths): an integer
   >= 1.
@@ -41,6 +41,7 @@ from statistics import NormalDist
 import numpy as np
 
 from specrl.errors import SpecrlError
+from specrl.features import temperature_band
 from specrl.files import DuplicateKeyError, unique_keys
 from specrl.workload.presets import preset_trace
 from specrl.workload.trace import (
@@ -50,7 +51,6 @@ from specrl.workload.trace import (
     Request,
     Trace,
     check_domain_name,
-    temperature_band,
 )
 from specrl.workload.trace_file import check_known_keys, trace_from_json
 
