@@ -24,6 +24,7 @@ from specrl.table.build import monotone_in_acceptance
 from specrl.train import train
 from specrl.train.to_table import (
     ACCEPTANCE_EDGES,
+    REQUEST_ACCEPTANCE_EDGES,
     UNVISITED_WEIGHT,
     check_fidelity,
     checked_table,
@@ -317,6 +318,7 @@ def test_export_of_a_per_request_run_carries_the_estimate_a_controller_computes(
     assert main(["export", "--run", str(other), "--out", str(out), "--no-search"]) == 0
     table = load_table(out)
     assert table.provenance["acceptance_estimate"] == "usable"
+    assert table.acceptance_edges == list(REQUEST_ACCEPTANCE_EDGES)  # 0.005 wide
     run = TrainedRun.load(other)
     assert table.request_acceptance == request_block(run.profile, table.k_max)
     controller = LookupController.load(out)

@@ -112,7 +112,18 @@ def test_the_search_is_never_below_any_start_and_says_how_it_chose():
     sweep = result.starts_by_seeds["engineer's sweep"]
     assert tune_score >= sweep[0] - 1e-9 and confirm_score >= sweep[1] - 1e-9
     a, b = result.starts_by_seeds[result.start]
-    assert result.start == "engineer's sweep" or (a >= sweep[0] * 1.001 and b >= sweep[1] * 1.001)
+    rival = result.rival
+    if rival is None:  # the search started from the learned table: it beat the sweep on both
+        assert result.start == "learned table" and a >= sweep[0] * 1.001 and b >= sweep[1] * 1.001
+    else:  # from an engineer's start, and from the learned table beside it
+        assert (result.start == "learned table") == rival["kept"]
+        if rival["kept"]:  # it beat the other search's result on both sets of seeds
+            assert rival["by_seeds"] == pytest.approx([tune_score, confirm_score])
+            assert rival["score"] == result.score and rival["moves"] == len(result.moves)
+        else:
+            assert result.start == "engineer's sweep" or (
+                a >= sweep[0] * 1.001 and b >= sweep[1] * 1.001
+            )
     assert result.score >= result.starts[result.start] - 1e-9
     assert result.score == pytest.approx((tune_score + confirm_score) / 2)
     assert list(result.ratios) == ["ramp", "bursts"]

@@ -57,7 +57,7 @@ from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, to_sg
 from specrl.table.stacks import export_file
 from specrl.table.trtllm import to_trtllm
 from specrl.table.vllm import to_vllm
-from specrl.train.to_table import ACCEPTANCE_EDGES, visited_cells
+from specrl.train.to_table import visited_cells
 from specrl.train.trained import as_run
 
 SEARCH_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -622,7 +622,8 @@ def search_run(
         scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
     )
     tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
-    visits = visited_cells(run, ACCEPTANCE_EDGES, progress=progress, desc="search: visits")
+    edges = table.acceptance_edges  # the visits binned as the table's cells
+    visits = visited_cells(run, edges, progress=progress, desc="search: visits")
     plain = collapsed(table, acceptance)
     weighted = visit_weighted(table, visits, acceptance)
     out = {}

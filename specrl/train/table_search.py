@@ -11,23 +11,28 @@ training seed. :func:`best_table` searches batch x acceptance tables from it:
    confirmation seeds (then the best such start by the score on both).
 2. **Local search**, bucket by bucket (:data:`~specrl.train.search.SEARCH_BATCHES`), over the
    buckets the episodes reach. The moves on a bucket's rows: every K one up, or one down
-   (``stale_k`` too); the acceptance at which K changes moved by :data:`SHIFT_BINS` bins
+   (``stale_k`` too); the acceptance at which K changes moved by :data:`SHIFT`
    either way (draft more or less eagerly); the neighbouring bucket's rows; the learned
    table's rows; the engineer's sweep K at every acceptance. The best move is kept if it
    scores at least :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on the tuning seeds
    and gains as much on the confirmation seeds (:data:`specrl.seeds.CONFIRM_SEED`): the
    best of a bucket's moves on two seeds is partly the seeds' luck, and a move that does
    not hold on other episodes is not kept. Up to :data:`MAX_PASSES` passes.
+3. **The learned table searched too.** When the search started from an engineer's schedule,
+   a second local search starts from the learned table: one that gains on some workloads
+   and loses on others has its losing rows replaced there. Its result replaces the first's
+   only if it scores at least :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on both
+   sets of seeds.
 
 The score is the stack search's (:class:`~specrl.train.search.VersusEngineer`: tokens/s over
 each workload's own engineer, the worst workload weighing half), here the mean of its values on
 the tuning and on the confirmation seeds; the engineers are tuned on the tuning seeds and
-judged as they are on the confirmation seeds. Each move kept gains on both, so the
-result is never below the engineer's sweep on either set of seeds, nor below any start that
-beat the sweep on both; a start within the seeds' noise of the sweep (the learned table, as
-often as not) contributes the rows that gain, bucket by bucket, through the moves. The table
-keeps the learned table's acceptance bins and probe rule; its batch buckets are the runs of
-equal rows.
+judged as they are on the confirmation seeds. Each move kept gains on both, and the second
+search replaces the first only where it gains on both, so the result is never below the
+engineer's sweep on either set of seeds, nor below any start that beat the sweep on both; a
+start within the seeds' noise of the sweep (the learned table, as often as not) contributes
+the rows that gain, bucket by bucket, through the moves. The table keeps the learned table's
+acceptance bins and probe rule; its batch buckets are the runs of equal rows.
 """
 
 from __future__ import annotations
@@ -60,9 +65,9 @@ from specrl.train.search import (
 )
 from specrl.train.trained import as_run
 
-SHIFT_BINS = 5
-"""A boundary move shifts each row's Ks by this many acceptance bins (0.05 at the export's
-0.01-wide bins)."""
+SHIFT = 0.05
+"""A boundary move shifts each row's Ks by this much acceptance (5 of the export's 0.01-wide
+bins, 10 of its 0.005-wide ones)."""
 INCUMBENT = "engineer's sweep"
 """The start the search keeps unless another gains on both sets of seeds."""
 MAX_PASSES = 3
@@ -158,6 +163,10 @@ class TableSearchResult:
     """Per workload, its engineer's method (tuned on that workload's tuning seeds)."""
     objective: str = field(default_factory=relative_objective)
     """The score on either set of seeds, in words (``VersusEngineer.objective``)."""
+    rival: dict | None = None
+    """The local search from the learned table, run beside the one from an engineer's start:
+    ``{"score", "by_seeds": [tuning, confirmation], "moves", "kept"}``; None when the search
+    started from the learned table."""
 
     def to_json(self) -> dict:
         return {
@@ -175,6 +184,7 @@ class TableSearchResult:
             "starts_by_seeds": {k: list(v) for k, v in self.starts_by_seeds.items()},
             "engineer": self.engineer,
             "moves": self.moves,
+            "rival": self.rival,
             "episodes": self.evaluations,
             "surrogate_s": round(self.surrogate_s, 1),
             "wall_s": round(self.wall_s, 1),
@@ -193,6 +203,13 @@ class TableSearchResult:
         ]
         if learned:
             lines.append(f"  {self.score / learned:.4f}x the learned table's score")
+        if self.rival:
+            r = self.rival
+            lines.append(
+                f"  searched from the learned table too ({r['moves']} moves kept): score "
+                f"{r['score']:.4f} ({r['by_seeds'][0]:.4f} tuning, {r['by_seeds'][1]:.4f} "
+                f"confirmation): {'kept' if r['kept'] else 'not kept'}"
+            )
         if self.ratios:
             lines.append(
                 f"  score: {self.objective}; over each workload's engineer "
@@ -260,9 +277,19 @@ def best_table(
         and on_confirm >= sweep_scores[1] * (1 + MIN_MOVE_GAIN)
     ]
     start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
-    grid, score, moves = _local_search(
-        starts[start].copy(), both, sweep, starts["learned table"], progress
-    )
+    learned = starts["learned table"]
+    grid, score, moves = _local_search(starts[start].copy(), both, sweep, learned, progress)
+    rival = None
+    if start != "learned table":
+        # The learned table may lose to the sweep on a few workloads and gain on others:
+        # searched from, its losing rows can be replaced where they lose. Kept only where it
+        # then beats the other search's result on both sets of seeds, as a move must.
+        grid_l, score_l, moves_l = _local_search(learned.copy(), both, sweep, learned, progress)
+        ours, theirs = both.split(grid_l.table()), both.split(grid.table())
+        kept = all(o >= t * (1 + MIN_MOVE_GAIN) for o, t in zip(ours, theirs))
+        rival = {"score": score_l, "by_seeds": list(ours), "moves": len(moves_l), "kept": kept}
+        if kept:
+            grid, score, moves, start = grid_l, score_l, moves_l, "learned table"
     chosen = grid.table()
     return TableSearchResult(
         table=chosen,
@@ -290,6 +317,7 @@ def best_table(
         ),
         engineers=tune.engineer_methods(),
         objective=tune.objective,
+        rival=rival,
     )
 
 
@@ -381,11 +409,12 @@ def _moves(grid: TableGrid, buckets, i: int, sweep, learned: TableGrid) -> dict[
     k_max = grid.template.k_max
     rows, stale = grid.k[lo : hi + 1], grid.stale[lo : hi + 1]
     n = rows.shape[1]
+    shift = max(1, round(SHIFT * n))  # bins: the export's are of equal width
     options = {
         "K one up": (np.minimum(rows + 1, k_max), np.minimum(stale + 1, k_max)),
         "K one down": (np.maximum(rows - 1, 0), np.maximum(stale - 1, 0)),
-        "draft more eagerly": (rows[:, np.minimum(np.arange(n) + SHIFT_BINS, n - 1)], stale),
-        "draft less eagerly": (rows[:, np.maximum(np.arange(n) - SHIFT_BINS, 0)], stale),
+        "draft more eagerly": (rows[:, np.minimum(np.arange(n) + shift, n - 1)], stale),
+        "draft less eagerly": (rows[:, np.maximum(np.arange(n) - shift, 0)], stale),
         f"the engineer's K={int(sweep[hi])}": (
             np.full_like(rows, int(sweep[hi])),
             np.full_like(stale, int(sweep[hi])),

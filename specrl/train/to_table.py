@@ -36,6 +36,17 @@ from specrl.train.trained import TrainedRun, as_run
 ACCEPTANCE_EDGES = tuple(round(i / 100, 2) for i in range(101))
 """Acceptance bins of an exported table: 0.01 wide. The fidelity check reports how often the
 binning changes the policy's K (docs/stacks.md: what finer and coarser bins cost)."""
+REQUEST_ACCEPTANCE_EDGES = tuple(round(i / 200, 3) for i in range(201))
+"""Acceptance bins of a table of a run on a per-request estimate: 0.005 wide. That figure
+moves in small steps, and the policy's K changes often within a 0.01 bin of it."""
+
+
+def export_edges(config) -> tuple[float, ...]:
+    """The acceptance bins a run of ``config`` (its ``acceptance_estimate``) exports."""
+    steps = config.acceptance_estimate == "steps"
+    return ACCEPTANCE_EDGES if steps else REQUEST_ACCEPTANCE_EDGES
+
+
 FIDELITY_SEED = HELD_OUT_SEED
 """Check episode ``i`` is reset with ``FIDELITY_SEED + i`` (:mod:`specrl.seeds`)."""
 DEFAULT_PROBE_SCOPE = "operating"
@@ -68,7 +79,7 @@ def table_from_run(
     run_dir: TrainedRun | str | Path,
     *,
     k_max: int | None = None,
-    acceptance_edges=ACCEPTANCE_EDGES,
+    acceptance_edges=None,
     monotone: bool = False,
     episodes: int = 2,
     progress: bool = False,
@@ -79,6 +90,7 @@ def table_from_run(
 
     :param k_max: the K the serving engine drafts at most, if known: a run trained with
         another ``k_max`` is refused (its actions mean other Ks).
+    :param acceptance_edges: the table's acceptance bins; None: :func:`export_edges`.
     :param monotone: make each batch size's Ks non-decreasing in the acceptance estimate,
         weighted by the cells the policy visits in ``episodes`` surrogate episodes of each of
         its evaluation workloads; False: the policy's K in every cell as it is.
@@ -95,7 +107,7 @@ def table_from_run(
         check_acceptance(probe_acceptance, "probe_acceptance")
     policy = run.policy
     profile, profile_path = run.profile, run.profile_path
-    edges = list(acceptance_edges)
+    edges = list(export_edges(config) if acceptance_edges is None else acceptance_edges)
     points = [(lo + hi) / 2 for lo, hi in zip(edges, edges[1:])]
     batches = np.arange(1, config.max_batch + 1)
     grid = policy.decide(
