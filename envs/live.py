@@ -162,7 +162,7 @@ class LiveSpecEnv(SpecEnvBase):
     * ``acceptance_estimate``: the observation's ``acceptance`` entry. ``"steps"`` (default):
       the EMA in the table above. ``"requests"``: the batch's acceptance pooled from each
       request's posterior over its own accepted runs, as the surrogate computes it
-      (:mod:`specrl.envs.request_acceptance`), from the engine's per-row runs; staleness is
+      (:mod:`specrl.posterior`), from the engine's per-row runs; staleness is
       then 0. ``"usable"``: the same with each row's draft positions cut where its tokens
       left end. Both read the candidates and the acceptance by position from ``profile``
       (default: the shipped one), which must be of this pair's weights (acceptance belongs

@@ -99,7 +99,7 @@ class SurrogateSpecEnv(SpecEnvBase):
       (default): the step EMA every controller keeps (:class:`~specrl.features.
       AcceptanceTracker`), as live. ``"requests"``: the batch's acceptance pooled from each
       request's posterior over its own accepted runs
-      (:class:`~specrl.envs.request_acceptance.RequestAcceptance`); it is never stale, so
+      (:class:`~specrl.posterior.RequestAcceptance`); it is never stale, so
       ``staleness`` reads 0. ``"usable"``: the same with each row's draft positions cut where
       its tokens left end. The live env computes both too;
       :class:`~specrl.controller.LookupController` does not yet.

@@ -41,7 +41,7 @@ rule runs from estimates a serving engine could keep:
   ``pooled-scalar``: the goodput formula (:meth:`~specrl.policies.Goodput.best_k`: batch,
   the last step's context and the figure, no row's own tokens left) reading the
   observation's acceptance of an env built with ``acceptance_estimate="requests"``, which
-  is that figure (:mod:`specrl.envs.request_acceptance`).
+  is that figure (:mod:`specrl.posterior`).
 * ``truth``: the rule from the true levels: the myopic oracle itself.
 
 Every mode decides with the oracle's own pieces (the surrogate's ``_incoming`` rows and

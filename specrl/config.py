@@ -107,7 +107,7 @@ class TrainConfig:
     acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "steps"
     """What the observation's acceptance is: "steps" (the step EMA a serving controller
     keeps), "requests" (pooled from each request's posterior over its own accepted runs,
-    :mod:`specrl.envs.request_acceptance`) or "usable" (the same, each row's draft positions
+    :mod:`specrl.posterior`) or "usable" (the same, each row's draft positions
     cut where its tokens left end). Both envs compute the last two, the LookupController does
     not yet, so ``specrl export`` refuses such a run."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
