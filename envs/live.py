@@ -9,12 +9,17 @@ from pathlib import Path
 import numpy as np
 
 from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
-from specrl.envs.request_acceptance import profile_groups, request_posterior
+from specrl.envs.request_acceptance import (
+    missing_groups,
+    profile_groups,
+    request_group,
+    request_posterior,
+)
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.features import checked_estimate
 from specrl.profile.fingerprint import check_compatible, other_weights, pair_fingerprint
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import profile_workload_kwargs, resolve_prompt, temperature_band
+from specrl.workload import profile_workload_kwargs, resolve_prompt
 from specrl.workload.prompts import token_streams
 
 
@@ -298,10 +303,7 @@ class LiveSpecEnv(SpecEnvBase):
         super()._check_trace(trace)
         if self._requests is None:
             return
-        missing = sorted(
-            {(r.domain, temperature_band(r.temperature)) for r in trace.requests}
-            - set(self._group_index)
-        )
+        missing = missing_groups(trace, self._group_index)
         if missing:
             raise SpecrlError(
                 f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "
@@ -393,9 +395,9 @@ class LiveSpecEnv(SpecEnvBase):
             requests = self.trace.requests
             self._requests.start(len(requests))
             self._trace_groups = np.array(
-                [self._group_index[r.domain, temperature_band(r.temperature)] for r in requests],
-                dtype=np.int64,
+                [request_group(self._group_index, r) for r in requests], dtype=np.int64
             )
+            self._trace_budget = np.array([r.max_new_tokens for r in requests], dtype=np.int64)
             self._last_estimate = 0.0
 
     def close(self) -> None:
@@ -434,8 +436,10 @@ class LiveSpecEnv(SpecEnvBase):
             incoming = np.array([i for i, new in waiting if new > 1], dtype=np.int64)
             left = None
             if self.acceptance_estimate == "usable":  # tokens left after the step's commits
-                budget = np.array([self.trace.requests[i].max_new_tokens for i in rows])
-                left = (budget - generated, np.array([new - 1 for _, new in waiting if new > 1]))
+                left = (
+                    self._trace_budget[rows] - generated,
+                    np.array([new - 1 for _, new in waiting if new > 1]),
+                )
             a = self._requests.estimate(rows, groups[rows], generated, groups[incoming], left)
             if a is not None:
                 self._last_estimate = a

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrl.features import temperature_band
 from specrl.posterior import RequestAcceptance
 from specrl.workload import DOMAINS
 
@@ -16,7 +17,9 @@ __all__ = [
     "RequestAcceptance",
     "acceptance_logits",
     "bucket_logits",
+    "missing_groups",
     "profile_groups",
+    "request_group",
     "request_block",
     "request_posterior",
 ]
@@ -29,6 +32,24 @@ def profile_groups(profile) -> list[tuple[str, str]]:
     domains = [d for d in DOMAINS if d in profile.acceptance]
     domains += [d for d in profile.acceptance if d not in DOMAINS]
     return [(d, b) for d in domains for b in profile.bands]
+
+
+def request_group(group_index: dict, request) -> int:
+    """The index of ``request``'s (domain, temperature band) group in ``group_index``
+    (:func:`profile_groups` numbered), -1 where the profile has no such group."""
+    return group_index.get((request.domain, temperature_band(request.temperature)), -1)
+
+
+def missing_groups(trace, group_index: dict) -> list[tuple[str, str]]:
+    """The (domain, temperature band) groups of ``trace``'s requests that ``group_index``
+    lacks, sorted: what an env that reads the profile's acceptance per group refuses."""
+    return sorted(
+        {
+            (r.domain, temperature_band(r.temperature))
+            for r in trace.requests
+            if request_group(group_index, r) < 0
+        }
+    )
 
 
 def acceptance_logits(

@@ -15,7 +15,9 @@ from specrl.envs.base import ACCEPTANCE, STALENESS, Served, SpecEnvBase
 from specrl.envs.request_acceptance import (
     LogitRates,
     acceptance_logits,
+    missing_groups,
     profile_groups,
+    request_group,
     request_posterior,
 )
 from specrl.errors import SpecrlError, SpecrlWarning
@@ -24,7 +26,7 @@ from specrl.profile.costs import CONTEXT_BUCKET, StepCosts
 from specrl.profile.fingerprint import device_name
 from specrl.profile.levels import FIXED_LEVEL, Z_STEPS, grid_index, level_grid
 from specrl.profile.schema import Profile, load_profile
-from specrl.workload import profile_workload_kwargs, temperature_band
+from specrl.workload import profile_workload_kwargs
 
 DEFAULT_PROFILE = "default-cpu.json"
 _warned_default_hardware = False
@@ -101,8 +103,8 @@ class SurrogateSpecEnv(SpecEnvBase):
       request's posterior over its own accepted runs
       (:class:`~specrl.posterior.RequestAcceptance`); it is never stale, so
       ``staleness`` reads 0. ``"usable"``: the same with each row's draft positions cut where
-      its tokens left end. The live env computes both too;
-      :class:`~specrl.controller.LookupController` does not yet.
+      its tokens left end. The live env computes both too, and so does
+      :class:`~specrl.controller.LookupController` from a table exported from such a run.
 
     ## The oracle
 
@@ -244,17 +246,11 @@ class SurrogateSpecEnv(SpecEnvBase):
         return obs
 
     def _group_of(self, request) -> int:
-        return self._group_index.get((request.domain, temperature_band(request.temperature)), -1)
+        return request_group(self._group_index, request)
 
     def _check_trace(self, trace) -> None:
         super()._check_trace(trace)
-        missing = sorted(
-            {
-                (r.domain, temperature_band(r.temperature))
-                for r in trace.requests
-                if self._group_of(r) < 0
-            }
-        )
+        missing = missing_groups(trace, self._group_index)
         if missing:
             raise SpecrlError(
                 f"trace {trace.name!r} uses (domain, temperature band) {missing} that the "

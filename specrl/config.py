@@ -108,8 +108,8 @@ class TrainConfig:
     """What the observation's acceptance is: "steps" (the step EMA a serving controller
     keeps), "requests" (pooled from each request's posterior over its own accepted runs,
     :mod:`specrl.posterior`) or "usable" (the same, each row's draft positions
-    cut where its tokens left end). Both envs compute the last two, the LookupController does
-    not yet, so ``specrl export`` refuses such a run."""
+    cut where its tokens left end). Both envs compute the last two, and so does the
+    LookupController of a table ``specrl export`` writes from such a run."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: Annotated[int | None, optional(N_REQUESTS)] = None

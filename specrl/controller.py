@@ -86,13 +86,15 @@ class LookupController:
         a table trained on another is refused.
 
     :attr:`requests` is the per-request estimate's :class:`~specrl.posterior.RequestTracker`
-    for a table that carries one, else None.
+    where the controller computes that estimate itself (``acceptance_estimate=None``), else
+    None.
     """
 
     __slots__ = (
         "table",
         "tracker",
         "requests",
+        "_per_request",
         "_cells",
         "_max_batch",
         "_inner_edges",
@@ -132,8 +134,9 @@ class LookupController:
                 f"(an env built with acceptance_estimate={trained!r}), or with the "
                 "controller's own estimate (acceptance_estimate=None)"
             )
+        self._per_request = trained != "steps"
         self.requests = None
-        if table.request_acceptance is not None:
+        if acceptance_estimate is None and self._per_request:  # the controller computes it
             from specrl.posterior import RequestTracker  # numpy, for this table only
 
             self.requests = RequestTracker(
@@ -183,7 +186,7 @@ class LookupController:
         per-token acceptance, which needs it (:class:`~specrl.features.AcceptanceTracker`).
         A table on a per-request estimate takes each row's run instead
         (``requests.observe``)."""
-        if self.requests is not None:
+        if self._per_request:
             raise SpecrlError(
                 "observe: this table reads the per-request acceptance estimate; pass each "
                 "row's run to controller.requests.observe(request_ids, generated, drafted, "
@@ -244,6 +247,12 @@ class LookupController:
 
     def _estimate_requests(self, rows, incoming) -> None:
         if self.requests is None:
+            if self._per_request:  # built with acceptance_estimate named: the caller's figure
+                raise SpecrlError(
+                    "choose_k: rows= feeds the controller's own per-request estimate, and this "
+                    "one reads the figure its caller sets on tracker (acceptance_estimate was "
+                    "given); build it with acceptance_estimate=None to compute it here"
+                )
             raise SpecrlError(
                 "choose_k: rows= feeds the per-request acceptance estimate, and this table "
                 "reads the steps' estimate; call choose_k(batch_size) and observe() after "

@@ -206,7 +206,6 @@ class RequestTracker:
         for i, band in enumerate(bands):  # a band's groups share its candidates and prior
             self._band_group.setdefault(band, i)
         self._posterior = RequestAcceptance(logits, block["generated_edges"], k_max, levels, bands)
-        self._posterior.start(0)
         self.usable = usable
         self._held: dict = {}  # request id -> (slot, group, max_tokens)
         self._free: list[int] = []

@@ -251,6 +251,24 @@ def test_a_steps_table_refuses_rows_and_a_per_request_table_refuses_batch_totals
     assert controller.tracker.since_measured == 0
     controller.reset()
     assert len(controller.requests) == 0
+    # Named, the estimate is the caller's (an env's observation): nothing is built to compute
+    # it, and neither rows nor batch totals are taken.
+    fed = LookupController(
+        per_request_table(shipped, 4, "requests"), acceptance_estimate="requests"
+    )
+    assert fed.requests is None
+    with pytest.raises(SpecrlError, match="reads the figure its caller sets on tracker"):
+        fed.choose_k(1, rows=[("a", 3)])
+    with pytest.raises(SpecrlError, match=r"controller.requests.observe\(request_ids"):
+        fed.observe(4, 2)
+
+
+def test_the_temperature_bands_are_the_workloads_sampling_configs():
+    from specrl.features import TEMPERATURE_BANDS
+    from specrl.workload import SAMPLING_CONFIGS
+
+    assert tuple(SAMPLING_CONFIGS) == TEMPERATURE_BANDS
+    assert [temperature_band(t) for t, _ in SAMPLING_CONFIGS.values()] == list(TEMPERATURE_BANDS)
 
 
 def test_the_table_file_round_trips_the_block_and_rejects_a_malformed_one(shipped, tmp_path):
