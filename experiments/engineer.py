@@ -61,6 +61,12 @@ class Args:
     """The worst workload's share of the searches' score (``specrl.train.search.WORST_WEIGHT``
     when not given); 0: the geometric mean over the workloads alone, as the searches scored
     before stop 51."""
+    search_episodes: Annotated[int | None, optional(positive_int)] = None
+    """The stack searches' tuning episodes per schedule and workload
+    (``specrl.train.search.SEARCH_EPISODES`` when not given)."""
+    native_episodes: Annotated[int | None, optional(positive_int)] = None
+    """The native search's tuning (and confirmation) episodes per table and workload
+    (``specrl.train.search.NATIVE_EPISODES`` when not given)."""
     headroom: bool = False
     """Also search a native table on each judged workload's own tuning seeds, and judge it
     beside the oracle: how much a batch x acceptance table tuned for that traffic gains."""
@@ -88,11 +94,9 @@ def _ratio(report, policy: str, reference: str) -> dict:
     }
 
 
-def export_all(
-    run_dir: Path, out: Path, table, acceptance, workloads=None, worst_weight=None
-) -> dict:
+def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None, **search) -> dict:
     """The three searched exports of ``table``, written to ``out``; their search results.
-    ``worst_weight``: the searches' weight on the worst workload (None: the default)."""
+    ``search``: the searches' keywords (:func:`_search`)."""
     from specrl.train.search import search_run, searched_export
 
     results = search_run(
@@ -101,7 +105,7 @@ def export_all(
         list(FORMATS),
         acceptance=acceptance,
         workloads=workloads,
-        **_weight(worst_weight),
+        **search,
     )
     for fmt, result in results.items():
         print(result.describe())
@@ -110,17 +114,20 @@ def export_all(
     return results
 
 
-def _weight(worst_weight: float | None) -> dict:
-    """The searches' ``worst_weight`` keyword where one is given."""
-    return {} if worst_weight is None else {"worst_weight": worst_weight}
+def _search(args: Args, episodes: int | None) -> dict:
+    """A search's ``worst_weight`` and ``episodes`` keywords, those given."""
+    out = {} if args.worst_weight is None else {"worst_weight": args.worst_weight}
+    if episodes is not None:
+        out["episodes"] = episodes
+    return out
 
 
-def _native(run_dir: Path, table, path: Path, workloads=None, worst_weight=None):
+def _native(run_dir: Path, table, path: Path, workloads=None, **search):
     """The native table searched from the learned ``table`` on ``workloads`` (default: the
     training mix), written to ``path``; the search's result."""
     from specrl.train.table_search import native_file, search_native
 
-    result = search_native(run_dir, table, workloads=workloads, **_weight(worst_weight))
+    result = search_native(run_dir, table, workloads=workloads, **search)
     print(result.describe())
     native_file(table, result).save(path)
     return result
@@ -144,24 +151,22 @@ def run(args: Args) -> Path:
     print(fidelity.format())
     table.save(out / "learned.json")
     acceptance = table.provenance["operating_acceptance"]
-    weight = args.worst_weight
-    native_searches = {"mix": _native(run_dir, table, out / "table.json", worst_weight=weight)}
+    search, native = _search(args, args.search_episodes), _search(args, args.native_episodes)
+    native_searches = {"mix": _native(run_dir, table, out / "table.json", **native)}
     searches = {}
     formats = () if args.native_only else FORMATS
     if formats and not args.per_workload:
-        searches["mix"] = export_all(run_dir, out, table, acceptance, worst_weight=weight)
+        searches["mix"] = export_all(run_dir, out, table, acceptance, **search)
     rows, reports = [], {}
     for workload in args.workloads:
         where = out
         if formats and args.per_workload:
             where = out / workload
             where.mkdir(exist_ok=True)
-            searches[workload] = export_all(
-                run_dir, where, table, acceptance, [workload], worst_weight=weight
-            )
+            searches[workload] = export_all(run_dir, where, table, acceptance, [workload], **search)
         if args.headroom:
             native_searches[workload] = _native(
-                run_dir, table, out / f"table-{workload}.json", [workload], worst_weight=weight
+                run_dir, table, out / f"table-{workload}.json", [workload], **native
             )
         report = _judge(args, config, profile, workload, out, where, formats)
         reports[workload] = report

@@ -22,6 +22,7 @@ from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json
 from specrl.table.build import monotone_in_acceptance
 from specrl.train import train
+from specrl.train.search import SEARCH_EPISODES
 from specrl.train.to_table import (
     ACCEPTANCE_EDGES,
     REQUEST_ACCEPTANCE_EDGES,
@@ -365,8 +366,9 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
         argv = ["export", "--run", str(run_dir), "--out", str(out), "--format", fmt]
         assert main([*argv, "--no-progress", "--force", "--workload", "ramp"]) == 0
         printed = capsys.readouterr().out
-        assert (
-            f"{fmt}: searched from " in printed and "judged on seeds 50000-50001 of ramp" in printed
+        last = 50_000 + SEARCH_EPISODES - 1  # the stacks' default, more than the engineer's
+        assert f"{fmt}: searched from " in printed and f"judged on seeds 50000-{last} of ramp" in (
+            printed
         )
         obj = json.loads(out.read_text())
         chosen = obj["specrl"]["chosen_by"]
@@ -402,6 +404,32 @@ def test_export_cli_searches_the_native_table_from_the_learned_one(run_dir, tmp_
     plain = load_table(learned)
     assert "chosen_by" not in plain.provenance
     assert plain.to_json()["k"] == table_from_run(run_dir).to_json()["k"]
+
+
+def test_search_episodes_set_the_seeds_every_search_and_the_check_play(run_dir, tmp_path, capsys):
+    base = ["export", "--run", str(run_dir), "--no-progress", "--force", "--workload", "ramp"]
+    vllm = tmp_path / "vllm.json"
+    assert main([*base, "--out", str(vllm), "--format", "vllm", "--search-episodes", "3"]) == 0
+    assert "judged on seeds 50000-50002 of ramp:" in capsys.readouterr().out
+    assert json.loads(vllm.read_text())["specrl"]["chosen_by"]["seeds"] == [50_000, 50_001, 50_002]
+    native = tmp_path / "native.json"
+    assert main([*base, "--out", str(native), "--search-episodes", "1"]) == 0
+    assert "judged on seeds 50000-50000, confirmed on 55000-55000, of ramp" in (
+        capsys.readouterr().out
+    )
+    provenance = load_table(native).provenance
+    assert provenance["chosen_by"]["seeds"] == [50_000]
+    assert provenance["chosen_by"]["confirm_seeds"] == [55_000]
+    assert provenance["against_engineer"]["seeds"] == [50_000]
+    # A --table is converted, not searched: the option is refused by name, nothing written.
+    again = tmp_path / "again.json"
+    argv = ["export", "--table", str(native), "--out", str(again), "--search-episodes", "3"]
+    assert main([*argv, "--format", "vllm"]) == 2
+    assert "--search-episodes: this acts on tabulating a run" in capsys.readouterr().err
+    assert not again.exists()
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(again), "--search-episodes", "0"])
+    assert "--search-episodes" in capsys.readouterr().err
 
 
 def test_export_refuses_stack_options_for_other_formats(run_dir, tmp_path, capsys):

@@ -90,6 +90,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "comma-separated (default: the run's training mix)",
     )
     parser.add_argument(
+        "--search-episodes",
+        type=options.positive_int,
+        default=None,
+        metavar="N",
+        help="the search's tuning episodes per table or schedule and workload (the native "
+        "table's search confirms on as many more); default: 2 for the native table, 8 for a "
+        "stack's schedule (specrl.train.search.NATIVE_EPISODES, SEARCH_EPISODES)",
+    )
+    parser.add_argument(
         "--no-search",
         action="store_true",
         help="write the learned table as it is (native), or collapsed at the operating "
@@ -125,6 +134,7 @@ def _batch_sizes(text: str) -> list[int]:
 RUN_ONLY = {
     "k_max": "--k-max",
     "workload": "--workload",
+    "search_episodes": "--search-episodes",
     "no_search": "--no-search",
     "episodes": "--episodes",
     "no_check": "--no-check",
@@ -195,7 +205,7 @@ def _run(args: argparse.Namespace) -> int:
             if not args.no_search:
                 table = searched_native(args, run, table)
             if fidelity is not None or not args.no_search:  # not a --no-check learned table
-                report_against_engineer(run, table)
+                report_against_engineer(run, table, **_episodes(args))
     if args.format != "native" and acceptance is None:
         raise SpecrlError(
             f"--format {args.format} collapses the table over acceptance; give --acceptance A"
@@ -226,19 +236,26 @@ def searched_native(args: argparse.Namespace, run, table: KTable) -> KTable:
     from specrl.train.table_search import native_file, search_native
 
     workloads = args.workload.split(",") if args.workload else None
-    result = search_native(run, table, workloads=workloads, progress=not args.no_progress)
+    result = search_native(
+        run, table, workloads=workloads, progress=not args.no_progress, **_episodes(args)
+    )
     print(result.describe())
     return native_file(table, result)
 
 
-def report_against_engineer(run, table: KTable) -> None:
+def _episodes(args: argparse.Namespace) -> dict:
+    """The searches' ``episodes`` keyword where ``--search-episodes`` is given."""
+    return {} if args.search_episodes is None else {"episodes": args.search_episodes}
+
+
+def report_against_engineer(run, table: KTable, **episodes) -> None:
     """Print the table against the engineer's sweep on the tuning seeds, record it in the
     provenance (``against_engineer``), and warn where the table is below
     :data:`BELOW_ENGINEER` of it: the learned table's level depends on the training seed,
     and the searched table holds the engineer's."""
     from specrl.train.search import against_engineer
 
-    versus = against_engineer(run, table)
+    versus = against_engineer(run, table, **episodes)
     table.provenance["against_engineer"] = versus
     print(
         f"against the engineer: the table {versus['table_tokens_per_s']:.1f} tokens/s, the "
@@ -274,6 +291,7 @@ def searched_file(args: argparse.Namespace, run, table: KTable, acceptance: floa
         workloads=workloads,
         progress=not args.no_progress,
         **graphs,
+        **_episodes(args),
     )[args.format]
     print(result.describe())
     return searched_export(table, result, acceptance, **graphs)

@@ -46,16 +46,26 @@ class Exports:
     """How the native table was searched from the learned one (None: written as learned)."""
 
 
-def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool) -> Exports:
+def write_exports(
+    run: TrainedRun,
+    where: Path,
+    *,
+    search: bool,
+    progress: bool,
+    search_episodes: int | None = None,
+) -> Exports:
     """The run's native table (checked against its policy; with ``search``, the best table
     searched from it) and each stack's file in ``where``: its best schedule (``search``), else
     the table collapsed at its operating acceptance. A format that cannot hold the table is
-    recorded, not raised."""
+    recorded, not raised. ``search_episodes``: the searches' tuning episodes per workload
+    (None: :data:`~specrl.train.search.NATIVE_EPISODES` for the native table,
+    :data:`~specrl.train.search.SEARCH_EPISODES` for the stacks)."""
+    episodes = {} if search_episodes is None else {"episodes": search_episodes}
     learned, fidelity = checked_table(run, progress=progress)
     native = where / NATIVE_FILE
     native_search = None
     if search:
-        native_search = search_native(run, learned, progress=progress)
+        native_search = search_native(run, learned, progress=progress, **episodes)
         native_file(learned, native_search).save(native)
     else:
         learned.save(native)
@@ -66,7 +76,13 @@ def write_exports(run: TrainedRun, where: Path, *, search: bool, progress: bool)
     if search:
         formats = list(STACK_FORMATS)
         searched = search_run(
-            run, learned, formats, acceptance=acceptance, progress=progress, errors=failed
+            run,
+            learned,
+            formats,
+            acceptance=acceptance,
+            progress=progress,
+            errors=failed,
+            **episodes,
         )
     stacks = []
     for fmt in STACK_FORMATS:

@@ -23,8 +23,9 @@ searches the format's own class instead, judged in the surrogate:
    start, that start is kept.
 
 The score (:class:`VersusEngineer`) weighs a schedule's tokens/s on each workload against
-that workload's own engineer, on the tuning seeds (:data:`specrl.seeds.TUNE_SEED`): half the
-worst workload's ratio, half the geometric mean of the ratios. The result is never worse
+that workload's own engineer, on :data:`SEARCH_EPISODES` tuning seeds per workload from
+:data:`specrl.seeds.TUNE_SEED` (each engineer tuned on the same seeds): half the worst
+workload's ratio, half the geometric mean of the ratios. The result is never worse
 there than any start (smoothed), and no rise it keeps is worth less than the bar.
 """
 
@@ -39,6 +40,7 @@ from tqdm.auto import tqdm
 
 from specrl.errors import SpecrlError, SpecrlWarning
 from specrl.policies.engineer import (
+    TUNE_EPISODES,
     Scorer,
     best_sweep,
     best_threshold,
@@ -72,9 +74,18 @@ WORST_WEIGHT = 0.5
 """The worst workload's share of the score (:class:`VersusEngineer`); the geometric mean
 over the workloads has the rest."""
 MIN_MOVE_GAIN = 0.001
-"""A move must raise the score by this share to be kept: two seeds per workload tell
+"""A move must raise the score by this share to be kept: a few seeds per workload tell
 schedules apart only so finely, and a smaller gain is as likely the seeds' as the
 schedule's."""
+SEARCH_EPISODES = 8
+"""Tuning episodes per schedule and workload in the stack schedules' search (from
+:data:`specrl.seeds.TUNE_SEED`): the engineer tunes on
+:data:`~specrl.policies.engineer.TUNE_EPISODES`, and a schedule chosen on that few fits
+their draws of acceptance and arrivals (docs/stacks.md)."""
+NATIVE_EPISODES = TUNE_EPISODES
+"""Tuning episodes per table and workload in the native table's search, and as many again
+on the confirmation seeds (:mod:`specrl.train.table_search`): it plays about three times
+the stack search's tables per episode, and the confirmation seeds guard its moves."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
 GEOMETRIC = Scorer.objective
 
@@ -604,6 +615,7 @@ def search_run(
     progress: bool = True,
     errors: dict[str, SpecrlError] | None = None,
     worst_weight: float = WORST_WEIGHT,
+    episodes: int = SEARCH_EPISODES,
 ) -> dict[str, SearchResult]:
     """:func:`best_schedule` for each of ``formats`` from the run's exported ``table``,
     judged on ``workloads`` (presets or trace files; default: the run's training mix) in the
@@ -611,12 +623,13 @@ def search_run(
     schedule is played once). ``acceptance`` is the operating acceptance of the plain
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised.
-    ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`)."""
+    ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`);
+    ``episodes``: tuning episodes per schedule and workload."""
 
     run = as_run(run_dir)
     config = run.config
     names = list(workloads or config.workloads)
-    scorer = Scorer([run.env(w) for w in names], tuning_seeds())
+    scorer = Scorer([run.env(w) for w in names], tuning_seeds(episodes))
     clock = time.perf_counter()
     objective = VersusEngineer(
         scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
@@ -667,17 +680,19 @@ def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) ->
     return out
 
 
-def against_engineer(run_dir, table, *, workloads: list[str] | None = None) -> dict:
+def against_engineer(
+    run_dir, table, *, workloads: list[str] | None = None, episodes: int = NATIVE_EPISODES
+) -> dict:
     """The native ``table`` (played by its controller) against the engineer's sweep, both on
     the tuning seeds of ``workloads`` (default: the run's training mix) in the run's
     surrogate, scored as the search scores: how the learned table stands against what a
-    benchmark at each concurrency gives, before it is served."""
+    benchmark at each concurrency gives, before it is served; ``episodes`` per workload."""
     from specrl.policies.lookup import LookupPolicy
 
     run = as_run(run_dir)
     config = run.config
     names = list(workloads or config.workloads)
-    scorer = Scorer([run.env(w) for w in names], tuning_seeds())
+    scorer = Scorer([run.env(w) for w in names], tuning_seeds(episodes))
     bucket_k, _ = best_sweep(scorer, config.k_max, config.max_batch)
     engineer = scorer.score(sweep_dense(bucket_k, config.max_batch))
     mine = geometric_rate(

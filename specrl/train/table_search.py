@@ -57,6 +57,7 @@ from specrl.seeds import CONFIRM_SEED
 from specrl.table import KTable, table_from_json
 from specrl.train.search import (
     MIN_MOVE_GAIN,
+    NATIVE_EPISODES,
     WORST_WEIGHT,
     VersusEngineer,
     own_start_name,
@@ -448,16 +449,22 @@ def search_native(
     workloads: list[str] | None = None,
     progress: bool = True,
     worst_weight: float = WORST_WEIGHT,
+    episodes: int = NATIVE_EPISODES,
 ) -> TableSearchResult:
     """:func:`best_table` from the run's exported ``table``, judged on ``workloads`` (presets or
     trace files; default: the run's training mix) in the surrogate of the run's profile and
-    sizes, scored with ``worst_weight`` on the worst workload."""
+    sizes, scored with ``worst_weight`` on the worst workload, ``episodes`` per workload on
+    the tuning seeds and as many on the confirmation seeds."""
     run = as_run(run_dir)
     names = list(workloads or run.config.workloads)
     envs = [run.env(w) for w in names]
-    confirm = Scorer(envs, tuning_seeds(seed=CONFIRM_SEED))
+    confirm = Scorer(envs, tuning_seeds(episodes, seed=CONFIRM_SEED))
     return best_table(
-        table, Scorer(envs, tuning_seeds()), confirm, progress=progress, worst_weight=worst_weight
+        table,
+        Scorer(envs, tuning_seeds(episodes)),
+        confirm,
+        progress=progress,
+        worst_weight=worst_weight,
     )
 
 
