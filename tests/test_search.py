@@ -14,6 +14,7 @@ from specrl.train.search import (
     StackFormat,
     VersusEngineer,
     best_schedule,
+    compare_engineers,
     engineer_starts,
     relative_objective,
     search_buckets,
@@ -233,3 +234,28 @@ def test_own_start_names_use_the_possessive():
     assert own_start_name("mixed", "sweep") == "mixed's sweep"
     assert own_start_name("bursts", "threshold") == "bursts' threshold"
     assert own_start_name("bursts (2)", "sweep") == "bursts (2)'s sweep"
+
+
+def test_a_search_on_more_seeds_also_starts_from_the_engineer_tuned_on_two():
+    more = small_scorer(seeds=(50_000, 50_001, 50_002))
+    two = small_scorer()
+    for name in ("vllm", "trtllm"):
+        fmt = StackFormat(name, k_max=3, max_batch=16)
+        # The engineer as `specrl compare` tunes it: the mix's and each workload's own, on the
+        # first two seeds, tuned here from scratch.
+        expected = list(engineer_starts(two, fmt).values())
+        for _, dense in VersusEngineer(two, k_max=3, max_batch=16).engineers.values():
+            expected.append(dense)
+        added = compare_engineers(more, fmt, {})
+        assert added and all(n.endswith(" (2 seeds)") for n in added)
+        got = [tuple(d) for d in added.values()]
+        for dense in expected:
+            if name == "trtllm" and not fmt.feasible(dense):
+                continue  # held to the format (nudged), as the search holds it
+            assert tuple(dense) in got, (name, dense)
+        # Those already among the starts are not added twice; on two seeds, none at all.
+        assert compare_engineers(more, fmt, dict(added)) == {}
+        assert compare_engineers(two, fmt, {}) == {}
+        result = best_schedule(fmt, more, {**engineer_starts(more, fmt), **added})
+        for dense in added.values():
+            assert result.score >= more.score(np.asarray(dense)) - 1e-9

@@ -648,6 +648,7 @@ def search_run(
         clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
         starts.update(engineer_starts(scorer, fmt))
         starts.update(_own_engineers(objective, fmt, starts))
+        starts.update(compare_engineers(scorer, fmt, starts))
         try:
             result = best_schedule(fmt, objective, starts, progress=progress)
         except SpecrlError as err:
@@ -677,6 +678,31 @@ def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) ->
             if key not in seen:
                 seen.append(key)
                 out[f"{own_start_name(workload, method)} {how}".strip()] = d
+    return out
+
+
+def compare_engineers(scorer: Scorer, fmt: StackFormat, starts: dict) -> dict:
+    """Where the search tunes on more seeds than the engineer of ``specrl compare``
+    (:data:`~specrl.policies.engineer.TUNE_EPISODES`): the engineer's schedules as that
+    engineer tunes them, on the first of those seeds (the mix's threshold and sweep, and
+    each workload's own engineer; for TensorRT-LLM as it can hold them), those not already
+    among ``starts``; so the search is never below them on its tuning seeds either."""
+    if len(scorer.seeds) <= TUNE_EPISODES:
+        return {}
+    fewer = Scorer(scorer.envs, scorer.seeds[:TUNE_EPISODES])
+    found = {f"{n} ({TUNE_EPISODES} seeds)": d for n, d in engineer_starts(fewer, fmt).items()}
+    theirs = VersusEngineer(fewer, k_max=fmt.k_max, max_batch=fmt.max_batch)
+    found.update(
+        (f"{name} ({TUNE_EPISODES} seeds)", d)
+        for name, d in _own_engineers(theirs, fmt, {}).items()
+    )
+    seen = [np.asarray(d)[1:].tobytes() for d in starts.values()]
+    out = {}
+    for name, dense in found.items():
+        key = np.asarray(dense)[1:].tobytes()
+        if key not in seen:
+            seen.append(key)
+            out[name] = dense
     return out
 
 
