@@ -43,13 +43,8 @@ def request_group(group_index: dict, request) -> int:
 def missing_groups(trace, group_index: dict) -> list[tuple[str, str]]:
     """The (domain, temperature band) groups of ``trace``'s requests that ``group_index``
     lacks, sorted: what an env that reads the profile's acceptance per group refuses."""
-    return sorted(
-        {
-            (r.domain, temperature_band(r.temperature))
-            for r in trace.requests
-            if request_group(group_index, r) < 0
-        }
-    )
+    groups = {(r.domain, temperature_band(r.temperature)) for r in trace.requests}
+    return sorted(groups - set(group_index))
 
 
 def acceptance_logits(

@@ -15,6 +15,7 @@ from specrl.train.search import (
     VersusEngineer,
     best_schedule,
     compare_engineers,
+    compare_objective,
     engineer_starts,
     relative_objective,
     search_buckets,
@@ -246,7 +247,9 @@ def test_a_search_on_more_seeds_also_starts_from_the_engineer_tuned_on_two():
         expected = list(engineer_starts(two, fmt).values())
         for _, dense in VersusEngineer(two, k_max=3, max_batch=16).engineers.values():
             expected.append(dense)
-        added = compare_engineers(more, fmt, {})
+        theirs = compare_objective(more, k_max=3, max_batch=16)
+        assert theirs.scorer.seeds == [50_000, 50_001]
+        added = compare_engineers(theirs, fmt, {})
         assert added and all(n.endswith(" (2 seeds)") for n in added)
         got = [tuple(d) for d in added.values()]
         for dense in expected:
@@ -254,8 +257,9 @@ def test_a_search_on_more_seeds_also_starts_from_the_engineer_tuned_on_two():
                 continue  # held to the format (nudged), as the search holds it
             assert tuple(dense) in got, (name, dense)
         # Those already among the starts are not added twice; on two seeds, none at all.
-        assert compare_engineers(more, fmt, dict(added)) == {}
-        assert compare_engineers(two, fmt, {}) == {}
+        assert compare_engineers(theirs, fmt, dict(added)) == {}
+        assert compare_objective(two, k_max=3, max_batch=16) is None
+        assert compare_engineers(None, fmt, {}) == {}
         result = best_schedule(fmt, more, {**engineer_starts(more, fmt), **added})
         for dense in added.values():
             assert result.score >= more.score(np.asarray(dense)) - 1e-9

@@ -45,6 +45,7 @@ from specrl.policies.engineer import (
     best_sweep,
     best_threshold,
     geometric_rate,
+    shared_episodes,
     sweep_dense,
     threshold_dense,
     trtllm_nudges,
@@ -624,86 +625,98 @@ def search_run(
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised.
     ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`);
-    ``episodes``: tuning episodes per schedule and workload."""
+    ``episodes``: tuning episodes per schedule and workload. Its scorers share their
+    episodes (:func:`~specrl.policies.engineer.shared_episodes`)."""
 
-    run = as_run(run_dir)
-    config = run.config
-    names = list(workloads or config.workloads)
-    scorer = Scorer([run.env(w) for w in names], tuning_seeds(episodes))
-    clock = time.perf_counter()
-    objective = VersusEngineer(
-        scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
-    )
-    tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
-    edges = table.acceptance_edges  # the visits binned as the table's cells
-    visits = visited_cells(run, edges, progress=progress, desc="search: visits")
-    plain = collapsed(table, acceptance)
-    weighted = visit_weighted(table, visits, acceptance)
-    out = {}
-    for name in formats:
-        fmt = StackFormat(
-            name, k_max=config.k_max, max_batch=config.max_batch, cuda_graph_bs=cuda_graph_bs
+    with shared_episodes():  # the 2-seed engineer replays none of the tuning's episodes
+        run = as_run(run_dir)
+        config = run.config
+        names = list(workloads or config.workloads)
+        scorer = Scorer([run.env(w) for w in names], tuning_seeds(episodes))
+        clock = time.perf_counter()
+        objective = VersusEngineer(
+            scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
         )
-        starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
-        clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
-        starts.update(engineer_starts(scorer, fmt))
-        starts.update(_own_engineers(objective, fmt, starts))
-        starts.update(compare_engineers(scorer, fmt, starts))
-        try:
-            result = best_schedule(fmt, objective, starts, progress=progress)
-        except SpecrlError as err:
-            if errors is None:
-                raise
-            errors[name] = err
-            continue
-        # The engineer's starts were tuned for this search: their episodes count in its cost
-        # (each workload's own engineer once, in the first format's).
-        result.evaluations = scorer.episodes - played[0] + tuned[0]
-        result.surrogate_s = scorer.surrogate_s - played[1] + tuned[1]
-        result.wall_s = time.perf_counter() - clock + tuned[2]
-        tuned = (0, 0.0, 0.0)
-        out[name] = result
+        tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
+        theirs = compare_objective(scorer, k_max=config.k_max, max_batch=config.max_batch)
+        edges = table.acceptance_edges  # the visits binned as the table's cells
+        visits = visited_cells(run, edges, progress=progress, desc="search: visits")
+        plain = collapsed(table, acceptance)
+        weighted = visit_weighted(table, visits, acceptance)
+        out = {}
+        for name in formats:
+            fmt = StackFormat(
+                name, k_max=config.k_max, max_batch=config.max_batch, cuda_graph_bs=cuda_graph_bs
+            )
+            starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
+            clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
+            starts.update(engineer_starts(scorer, fmt))
+            starts.update(_own_engineers(objective, fmt, starts))
+            starts.update(compare_engineers(theirs, fmt, starts))
+            try:
+                result = best_schedule(fmt, objective, starts, progress=progress)
+            except SpecrlError as err:
+                if errors is None:
+                    raise
+                errors[name] = err
+                continue
+            # The engineer's starts were tuned for this search: their episodes count in its cost
+            # (each workload's own engineer once, in the first format's).
+            result.evaluations = scorer.episodes - played[0] + tuned[0]
+            result.surrogate_s = scorer.surrogate_s - played[1] + tuned[1]
+            result.wall_s = time.perf_counter() - clock + tuned[2]
+            tuned = (0, 0.0, 0.0)
+            out[name] = result
     return out
 
 
 def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) -> dict:
     """Each workload's own engineer as a start (for TensorRT-LLM, as it can hold it), those
     not already among ``starts``."""
-    seen = [np.asarray(d)[1:].tobytes() for d in starts.values()]
-    out = {}
+    found = {}
     for workload, (method, dense) in objective.engineers.items():
         nudged = trtllm_nudges(dense) if fmt.fmt == "trtllm" and method == "sweep" else {"": dense}
         for how, d in nudged.items():
-            key = np.asarray(d)[1:].tobytes()
-            if key not in seen:
-                seen.append(key)
-                out[f"{own_start_name(workload, method)} {how}".strip()] = d
-    return out
+            found[f"{own_start_name(workload, method)} {how}".strip()] = d
+    return _unseen(found, starts)
 
 
-def compare_engineers(scorer: Scorer, fmt: StackFormat, starts: dict) -> dict:
-    """Where the search tunes on more seeds than the engineer of ``specrl compare``
-    (:data:`~specrl.policies.engineer.TUNE_EPISODES`): the engineer's schedules as that
-    engineer tunes them, on the first of those seeds (the mix's threshold and sweep, and
-    each workload's own engineer; for TensorRT-LLM as it can hold them), those not already
-    among ``starts``; so the search is never below them on its tuning seeds either."""
-    if len(scorer.seeds) <= TUNE_EPISODES:
-        return {}
-    fewer = Scorer(scorer.envs, scorer.seeds[:TUNE_EPISODES])
-    found = {f"{n} ({TUNE_EPISODES} seeds)": d for n, d in engineer_starts(fewer, fmt).items()}
-    theirs = VersusEngineer(fewer, k_max=fmt.k_max, max_batch=fmt.max_batch)
-    found.update(
-        (f"{name} ({TUNE_EPISODES} seeds)", d)
-        for name, d in _own_engineers(theirs, fmt, {}).items()
-    )
-    seen = [np.asarray(d)[1:].tobytes() for d in starts.values()]
+def _unseen(found: dict, starts: dict) -> dict:
+    """The schedules of ``found`` that neither ``starts`` nor an earlier one of ``found``
+    holds (compared from batch 1 on)."""
+    seen = {np.asarray(d)[1:].tobytes() for d in starts.values()}
     out = {}
     for name, dense in found.items():
         key = np.asarray(dense)[1:].tobytes()
         if key not in seen:
-            seen.append(key)
+            seen.add(key)
             out[name] = dense
     return out
+
+
+def compare_objective(scorer: Scorer, *, k_max: int, max_batch: int) -> VersusEngineer | None:
+    """Where ``scorer`` tunes on more seeds than the engineer of ``specrl compare``
+    (:data:`~specrl.policies.engineer.TUNE_EPISODES`): each workload's engineer tuned as that
+    engineer tunes it, on the first of those seeds; else None. Built once per search, so the
+    formats share its tuning."""
+    if len(scorer.seeds) <= TUNE_EPISODES:
+        return None
+    fewer = Scorer(scorer.envs, scorer.seeds[:TUNE_EPISODES])
+    return VersusEngineer(fewer, k_max=k_max, max_batch=max_batch)
+
+
+def compare_engineers(theirs: VersusEngineer | None, fmt: StackFormat, starts: dict) -> dict:
+    """The engineer's schedules as ``specrl compare`` tunes them (``theirs``, from
+    :func:`compare_objective`; None: the search tunes as it does, nothing to add): the mix's
+    threshold and sweep, and each workload's own engineer (for TensorRT-LLM as it can hold
+    them), those not already among ``starts``; so the search is never below them on its
+    tuning seeds either."""
+    if theirs is None:
+        return {}
+    label = f" ({TUNE_EPISODES} seeds)"
+    found = {n + label: d for n, d in engineer_starts(theirs.scorer, fmt).items()}
+    found.update((n + label, d) for n, d in _own_engineers(theirs, fmt, {}).items())
+    return _unseen(found, starts)
 
 
 def against_engineer(
