@@ -315,12 +315,16 @@ def test_measure_profile_on_the_micro_pair(micro_pair, tmp_path, monkeypatch):
         progress=False,
     )
     # A warm-up cell at the largest batch, then REPLICAS cells per context at batch 1 (up to
-    # REPLICA_BATCH) and one at batch 2; every timing cell stepped through every round.
+    # REPLICA_BATCH) and one at batch 2, each first admitted alone (lone_admissions: its
+    # admission only), then built again for the rounds and stepped through every round.
     keys = [cell.key for cell in built]
+    cells = sorted([(1, 8), (1, 40)] * timing.REPLICAS + [(2, 8), (2, 40)])
     assert keys[0] == (2, 8)
-    assert sorted(keys[1:]) == sorted([(1, 8), (1, 40)] * timing.REPLICAS + [(2, 8), (2, 40)])
+    lone, timed = built[1 : 1 + len(cells)], built[1 + len(cells) :]
+    assert sorted(c.key for c in lone) == cells and sorted(c.key for c in timed) == cells
+    assert all(c.engine is None and c.samples == [] for c in lone)
     # Catch-up + 2 rounds; above REPLICA_BATCH at the shortest context each K>0 twice a round.
-    for cell in built[1:]:
+    for cell in timed:
         per_round = len(timing._round(2, 2 if cell.key == (2, 8) else 1))
         assert len(cell.samples) == 1 + 2 * per_round
     prof.save(tmp_path / "p.json")
@@ -740,6 +744,53 @@ def test_time_cells_rebuilds_a_cell_row_for_row_whatever_is_timed_beside_it(micr
         assert rows <= prefill["prefill_tokens"] <= prefill["prefill_padded"]
         assert prefill["prefill_padded"] % rows == 0
         assert catchup["catchup_tokens"] >= prefill["prefill_tokens"]
+
+
+def test_each_cells_admission_is_timed_on_a_lone_engine_with_the_cells_own_rows(
+    micro_pair, monkeypatch
+):
+    """A serving engine admits with only itself in memory: the prefill table's cell
+    admissions are timed with no other engine alive (the earlier ones freed, not merely
+    dropped), each on the rows its cell is then built with."""
+    import weakref
+
+    from specrl.engine import SpecEngine
+    from specrl.profile.timing import TimingCell, cell_rng, time_cells
+    from specrl.workload.prompts import token_streams
+
+    alive: weakref.WeakSet = weakref.WeakSet()
+    steps: dict[int, list[tuple[int, int]]] = {}  # engine -> (k, engines alive) per step
+    real_init, real_step = SpecEngine.__init__, SpecEngine.step
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self.probe_id = len(steps)  # ids of freed engines are reused
+        steps[self.probe_id] = []
+        alive.add(self)
+
+    def step(self, k):
+        steps[self.probe_id].append((k, len(alive)))
+        return real_step(self, k)
+
+    monkeypatch.setattr(SpecEngine, "__init__", init)
+    monkeypatch.setattr(SpecEngine, "step", step)
+    streams = token_streams(micro_pair.tokenizer)
+    kw = {"k_max": 2, "reps": 1, "device": "cpu"}
+    keys = [(1, 8), (2, 8), (9, 8), (2, 24)]
+    timed = time_cells(micro_pair, streams, keys, seed=7, **kw)
+    # One step per lone engine: its admission, with no other engine alive.
+    lone = [s for s in steps.values() if len(s) == 1]
+    assert len(lone) == sum(timing.replicas(b) for b, _ in keys)
+    assert lone == [[(0, 1)]] * len(lone)
+    # The cells built after them hold their engines through the rounds.
+    assert max(n for s in steps.values() for _, n in s) >= len(lone)
+    for b, c in keys:
+        for r, sample in enumerate(timed.cell_admissions[b, c]):
+            cell = TimingCell(
+                micro_pair, streams, batch=b, context=c, rng=cell_rng(7, b, c, r), **kw
+            )
+            assert sample["prefill_tokens"] == cell.admission["prefill_tokens"]
+            assert sample["k"] == 0 and sample["committed"] == cell.admission["committed"]
 
 
 def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, monkeypatch):

@@ -141,7 +141,7 @@ def measure_profile(
     streams, by_cell = _row_streams(pair, streams, tokens)
     keys = [(b, c) for c in contexts for b in batch_sizes]
     groups = 0 if acceptance_from is not None else _acceptance_groups(prompts)
-    total = sum(replicas(b) for b, _ in keys) + reps + groups
+    total = 2 * sum(replicas(b) for b, _ in keys) + reps + groups  # admissions, then cells
     bar = tqdm(total=total, desc="profile", disable=not progress)
     timed = _time_cells(
         pair, streams, keys, prompts, bar, k_max=k_max, reps=reps, device=device, seed=seed

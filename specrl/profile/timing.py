@@ -3,7 +3,9 @@
 Timing cells: for each context level and batch size an engine is filled with B prompts (the
 longest of the context level's length, the others between half of it and it, since served rows
 are ragged; rows rotate through the domains); its first step is the admission (prefill), its
-second a K=k_max step in which the draft catches up on the prompts. Then ``reps`` rounds visit
+second a K=k_max step in which the draft catches up on the prompts. The admission is timed on
+a lone engine with the same rows before any cell is built, as a serving engine admits with
+only itself in memory (:func:`lone_admissions`). Then ``reps`` rounds visit
 every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three plain
 steps, a catch-up step after them, one clean step per K (per K twice, for the cells above
 :data:`REPLICA_BATCH` at the shortest context: :data:`LARGE_BATCH_REPEATS`). Each round also
@@ -101,7 +103,19 @@ class TimingCell:
     top_p)`` pairs (default: :data:`SAMPLING_CONFIGS`)."""
 
     def __init__(
-        self, pair, streams, *, batch, context, k_max, reps, device, rng, settings=None, repeats=1
+        self,
+        pair,
+        streams,
+        *,
+        batch,
+        context,
+        k_max,
+        reps,
+        device,
+        rng,
+        settings=None,
+        repeats=1,
+        admit_only=False,
     ):
         self.new_tokens = cell_new_tokens(k_max, reps, repeats)
         self.k_max, self.repeats = k_max, repeats
@@ -127,6 +141,9 @@ class TimingCell:
                 seed=int(rng.integers(2**62)),
             )
         self.admission = _sample(self.engine.step(0))
+        if admit_only:  # timed for its admission alone: the engine is dropped at once
+            self.engine, self.samples = None, []
+            return
         self.samples = [_sample(self.engine.step(k_max))]
 
     def run_round(self) -> None:
@@ -151,8 +168,8 @@ class TimedCells:
     cells: dict[tuple[int, int], list[dict]]
     """Per ``(batch, context)``: every replica's decode steps, as :func:`_sample` dicts."""
     cell_admissions: dict[tuple[int, int], list[dict]]
-    """Per ``(batch, context)``: each replica's admission (prefill) step, the step that
-    filled its engine."""
+    """Per ``(batch, context)``: each replica's admission (prefill) step, timed on its own
+    engine with no other cell built (:func:`lone_admissions`)."""
     admissions: list[tuple[dict, dict]]
     """The admissions between rounds: (prefill step, catch-up step) each; the prefill step
     also records ``prefill_padded``, rows x the widest prompt."""
@@ -177,21 +194,31 @@ def time_cells(
 
     A warm-up cell, ``warm_up`` (default: the largest batch of ``keys`` at its smallest
     context; a check passes its profile's), runs one round and is discarded: the largest
-    steps leave the allocator and caches as the timed cells then find them. Then every
+    steps leave the allocator and caches as the timed cells then find them. Each cell's
+    admission is timed first, on its own engine alone (:func:`lone_admissions`). Then every
     ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
-    drawn by :func:`cell_rng`, and ``reps`` rounds step every cell in turn (each K>0
-    :func:`round_repeats` times: ``large_batch_repeats`` in the cells above
+    drawn by :func:`cell_rng` (the same rows again), and ``reps`` rounds step every cell in
+    turn (each K>0 :func:`round_repeats` times: ``large_batch_repeats`` in the cells above
     :data:`REPLICA_BATCH` at the shortest context of ``keys``, else once), with
     :data:`SMALL_ADMISSIONS` single requests, then a group of each size of
     :data:`GROUP_ADMISSIONS`, admitted to one warm engine after each round
-    (:func:`_small_admission`). ``on_built()`` is called after each cell is built,
-    ``on_round(r)`` after each round."""
+    (:func:`_small_admission`). ``on_built()`` is called after each admission timed and
+    each cell built, ``on_round(r)`` after each round."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
     shortest = min(c for _, c in keys)
     warm = warm_up or (max(b for b, _ in keys), shortest)
     TimingCell(
         pair, streams, batch=warm[0], context=warm[1], rng=cell_rng(seed, 0, 0, 0), **kw
     ).run_round()
+    admitted = lone_admissions(
+        pair,
+        streams,
+        keys,
+        seed=seed,
+        large_batch_repeats=large_batch_repeats,
+        on_built=on_built,
+        **kw,
+    )
     cells: dict[tuple[int, int], list[TimingCell]] = {}
     for b, c in keys:
         cells[b, c] = []
@@ -218,9 +245,41 @@ def time_cells(
             on_round(r)
     return TimedCells(
         {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()},
-        {key: [cell.admission for cell in copies] for key, copies in cells.items()},
+        admitted,
         admissions,
     )
+
+
+def lone_admissions(
+    pair, streams, keys, *, seed: int, large_batch_repeats: int, on_built=None, **kw
+) -> dict[tuple[int, int], list[dict]]:
+    """Each timing cell's admission (its prefill step), timed on the cell's own engine with
+    its own rows (:func:`cell_rng`) while no other cell is built, the engine dropped right
+    after it: a serving engine admits with only itself in memory. Why not the cells'
+    admissions: the last ones are built beside every other cell's cache, and there a large
+    prefill reads 20-40% slower than on a lone engine (docs/profile.md). ``on_built()`` is
+    called after each."""
+    admitted: dict[tuple[int, int], list[dict]] = {}
+    shortest = min(c for _, c in keys)
+    for b, c in keys:
+        repeats = round_repeats(b, c, shortest, large_batch_repeats)
+        admitted[b, c] = [
+            TimingCell(
+                pair,
+                streams,
+                batch=b,
+                context=c,
+                rng=cell_rng(seed, b, c, r),
+                repeats=repeats,
+                admit_only=True,
+                **kw,
+            ).admission
+            for r in range(replicas(b))
+        ]
+        if on_built is not None:
+            for _ in admitted[b, c]:
+                on_built()
+    return admitted
 
 
 def clean_steps(decode: Sequence[dict], k: int) -> list[dict]:
