@@ -751,7 +751,8 @@ def test_each_cells_admission_is_timed_on_a_lone_engine_with_the_cells_own_rows(
 ):
     """A serving engine admits with only itself in memory: the prefill table's cell
     admissions are timed with no other engine alive (the earlier ones freed, not merely
-    dropped), each on the rows its cell is then built with."""
+    dropped), each on the rows its cell is then built with; a level's cells are timed with
+    no other level's built."""
     import weakref
 
     from specrl.engine import SpecEngine
@@ -782,8 +783,12 @@ def test_each_cells_admission_is_timed_on_a_lone_engine_with_the_cells_own_rows(
     lone = [s for s in steps.values() if len(s) == 1]
     assert len(lone) == sum(timing.replicas(b) for b, _ in keys)
     assert lone == [[(0, 1)]] * len(lone)
-    # The cells built after them hold their engines through the rounds.
-    assert max(n for s in steps.values() for _, n in s) >= len(lone)
+    # Then level by level: the 8-token level's 7 cells and the small admissions' engine alive
+    # through its rounds, then the 24-token level's 3 cells alone (the first level dropped).
+    stepped = [i for i, s in steps.items() if len(s) > 1]  # warm-up, cells, admission engine
+    first, last = stepped[1:-3], stepped[-3:]
+    assert len(first) == 7 + 1 and max(n for i in first for _, n in steps[i]) == 8
+    assert max(n for i in last for _, n in steps[i]) == 3
     for b, c in keys:
         for r, sample in enumerate(timed.cell_admissions[b, c]):
             cell = TimingCell(
@@ -827,8 +832,9 @@ def test_a_check_that_times_what_the_profile_timed_reads_it_fresh(micro_pair, mo
 
     monkeypatch.setattr(freshness, "time_cells", replay)
     report = check_freshness(profile, micro_pair)
-    # The profile's own cells at its shortest prompt, its rounds, seed and warm-up.
-    assert asked == [([(1, 8), (8, 8)], 2, 0, (8, 8), timing.LARGE_BATCH_REPEATS)]
+    # The profile's own cells at its shortest prompt (the whole level, as the profile timed
+    # them beside each other; batches 1 and 8 compared), its rounds, seed and warm-up.
+    assert asked == [([(1, 8), (2, 8), (8, 8)], 2, 0, (8, 8), timing.LARGE_BATCH_REPEATS)]
     assert profile.meta["large_batch_repeats"] == timing.LARGE_BATCH_REPEATS
     assert [(c.batch, c.k) for c in report.cells] == [(b, k) for b in (1, 8) for k in range(3)]
     assert all(c.ratio == 1.0 for c in report.cells) and report.fresh

@@ -211,10 +211,13 @@ def check_freshness(
     batches: list[int] | None = None,
     confirm: bool = True,
 ) -> FreshnessReport:
-    """Time ``batches`` (default: :data:`CHECK_BATCHES` of ``profile``'s grid) at the profile's
-    shortest prompt length with ``pair``, by the profile's own procedure
+    """Time the profile's shortest level (every batch size of its grid at its shortest prompt
+    length) with ``pair`` by the profile's own procedure
     (:func:`specrl.profile.timing.time_cells`, its ``reps``, ``seed`` and
-    ``large_batch_repeats``), and return every K beside the profile's figure.
+    ``large_batch_repeats``), and return every K of ``batches`` (default:
+    :data:`CHECK_BATCHES` of the grid) beside the profile's figure. The whole level is timed
+    because a step's time depends on the caches built beside it: the profile timed each cell
+    beside its level's others.
 
     With ``confirm``, a pass that reads a cell outside its tolerance is timed once more, and
     the second pass decides (the first is kept on ``first_pass``): a machine busy for the
@@ -248,7 +251,9 @@ def _one_pass(profile, pair, device: str, batches: list[int]) -> FreshnessReport
     timed = time_cells(
         pair,
         token_streams(pair.tokenizer),
-        [(b, context) for b in batches],
+        # The whole level, as the profile timed it: a cell's step time depends on the
+        # caches built beside it (specrl.profile.timing).
+        [(b, context) for b in grid],
         k_max=profile.k_max,
         reps=int(profile.meta.get("reps") or CHECK_ROUNDS),
         device=device,

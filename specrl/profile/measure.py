@@ -141,7 +141,8 @@ def measure_profile(
     streams, by_cell = _row_streams(pair, streams, tokens)
     keys = [(b, c) for c in contexts for b in batch_sizes]
     groups = 0 if acceptance_from is not None else _acceptance_groups(prompts)
-    total = 2 * sum(replicas(b) for b, _ in keys) + reps + groups  # admissions, then cells
+    # Each cell's admission, then the cells; each context level's rounds.
+    total = 2 * sum(replicas(b) for b, _ in keys) + reps * len(contexts) + groups
     bar = tqdm(total=total, desc="profile", disable=not progress)
     timed = _time_cells(
         pair, streams, keys, prompts, bar, k_max=k_max, reps=reps, device=device, seed=seed
@@ -186,8 +187,10 @@ def _time_cells(pair, streams, keys, prompts: PromptFile | None, bar, **kw) -> T
     bar.set_postfix_str("timing cells")
     settings = None if prompts is None else [(p.temperature, p.top_p) for p in prompts.prompts]
 
+    rounds = kw["reps"] * len({c for _, c in keys})
+
     def after_round(r: int) -> None:
-        bar.set_postfix_str(f"round {r + 1}/{kw['reps']}")
+        bar.set_postfix_str(f"round {r + 1}/{rounds}")
         bar.update()
 
     return time_cells(

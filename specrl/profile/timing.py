@@ -5,18 +5,23 @@ longest of the context level's length, the others between half of it and it, sin
 are ragged; rows rotate through the domains); its first step is the admission (prefill), its
 second a K=k_max step in which the draft catches up on the prompts. The admission is timed on
 a lone engine with the same rows before any cell is built, as a serving engine admits with
-only itself in memory (:func:`lone_admissions`). Then ``reps`` rounds visit
-every cell in turn and step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]``: three plain
-steps, a catch-up step after them, one clean step per K (per K twice, for the cells above
-:data:`REPLICA_BATCH` at the shortest context: :data:`LARGE_BATCH_REPEATS`). Each round also
-admits a few single requests of workload-like prompt lengths on their own, as served traffic
-admits them: the prefill and catch-up costs at the small sizes live traffic has. Interleaving
-the cells means a moment when the machine is busy spoils one sample of many cells, not all
-samples of one, and the medians absorb it. Cells up to batch :data:`REPLICA_BATCH` are built
-:data:`REPLICAS` times over and their samples pooled: there a step is cheap and the K decision
-is made. A warm-up cell runs first and is discarded. The freshness check
-(:func:`specrl.profile.freshness.check_freshness`) times a profile's cells at the shortest
-context by the same procedure (:func:`time_cells`), row for row.
+only itself in memory (:func:`lone_admissions`). The cells are timed context level by
+context level: a level's cells are built, ``reps`` rounds visit every one of them in turn and
+step it through ``[0, 0, 0, k_max, 1, 2, ..., k_max]`` (three plain steps, a catch-up step
+after them, one clean step per K; per K twice, for the cells above :data:`REPLICA_BATCH` at
+the shortest context: :data:`LARGE_BATCH_REPEATS`), and they are dropped before the next
+level's are built. Why by level: a step is timed beside the caches of the cells alive with it,
+and a batch-1 step read 5% slower with the whole grid's built than with the check's few (a
+serving engine has only its own); the freshness check builds the shortest level whole, so it
+times those cells beside the same neighbours as the profile did. Each round of the shortest
+level also admits a few single requests of workload-like prompt lengths on their own, as
+served traffic admits them: the prefill and catch-up costs at the small sizes live traffic
+has. Interleaving the cells means a moment when the machine is busy spoils one sample of many
+cells, not all samples of one, and the medians absorb it. Cells up to batch
+:data:`REPLICA_BATCH` are built :data:`REPLICAS` times over and their samples pooled: there a
+step is cheap and the K decision is made. A warm-up cell runs first and is discarded. The
+freshness check (:func:`specrl.profile.freshness.check_freshness`) times a profile's shortest
+level by the same procedure (:func:`time_cells`), row for row.
 
 The timing cells' rows rotate through the domains and through the sampling settings
 (:data:`~specrl.workload.trace.SAMPLING_CONFIGS`), as workload traffic does: sampled rows make
@@ -195,15 +200,17 @@ def time_cells(
     A warm-up cell, ``warm_up`` (default: the largest batch of ``keys`` at its smallest
     context; a check passes its profile's), runs one round and is discarded: the largest
     steps leave the allocator and caches as the timed cells then find them. Each cell's
-    admission is timed first, on its own engine alone (:func:`lone_admissions`). Then every
-    ``(batch, context)`` of ``keys`` is built :func:`replicas` times, each replica's rows
-    drawn by :func:`cell_rng` (the same rows again), and ``reps`` rounds step every cell in
-    turn (each K>0 :func:`round_repeats` times: ``large_batch_repeats`` in the cells above
-    :data:`REPLICA_BATCH` at the shortest context of ``keys``, else once), with
-    :data:`SMALL_ADMISSIONS` single requests, then a group of each size of
-    :data:`GROUP_ADMISSIONS`, admitted to one warm engine after each round
-    (:func:`_small_admission`). ``on_built()`` is called after each admission timed and
-    each cell built, ``on_round(r)`` after each round."""
+    admission is timed first, on its own engine alone (:func:`lone_admissions`). Then, one
+    context level of ``keys`` at a time (in their order), every ``(batch, context)`` of the
+    level is built :func:`replicas` times, each replica's rows drawn by :func:`cell_rng` (the
+    same rows again), ``reps`` rounds step every cell of the level in turn (each K>0
+    :func:`round_repeats` times: ``large_batch_repeats`` in the cells above
+    :data:`REPLICA_BATCH` at the shortest context of ``keys``, else once), and the level's
+    cells are dropped. After each round of the shortest level, :data:`SMALL_ADMISSIONS`
+    single requests, then a group of each size of :data:`GROUP_ADMISSIONS`, are admitted to
+    one warm engine (:func:`_small_admission`). ``on_built()`` is called after each
+    admission timed and each cell built, ``on_round(r)`` after each round (``r`` counts
+    every level's rounds: ``reps`` x levels in all)."""
     kw = {"k_max": k_max, "reps": reps, "device": device, "settings": settings}
     shortest = min(c for _, c in keys)
     warm = warm_up or (max(b for b, _ in keys), shortest)
@@ -219,6 +226,46 @@ def time_cells(
         on_built=on_built,
         **kw,
     )
+    samples: dict[tuple[int, int], list[dict]] = {}
+    admissions: list[tuple[dict, dict]] = []
+    rounds = 0
+    for level in dict.fromkeys(c for _, c in keys):  # the context levels, in keys' order
+        level_keys = [(b, c) for b, c in keys if c == level]
+        rounds = _time_level(
+            pair,
+            streams,
+            level_keys,
+            samples,
+            admissions if level == shortest else None,
+            seed=seed,
+            shortest=shortest,
+            large_batch_repeats=large_batch_repeats,
+            on_built=on_built,
+            on_round=on_round,
+            rounds=rounds,
+            **kw,
+        )
+    return TimedCells(samples, admitted, admissions)
+
+
+def _time_level(
+    pair,
+    streams,
+    keys,
+    samples: dict,
+    admissions: list | None,
+    *,
+    seed,
+    shortest,
+    large_batch_repeats,
+    on_built,
+    on_round,
+    rounds: int,
+    **kw,
+) -> int:
+    """Build the cells of one context level's ``keys``, step them through ``reps`` rounds
+    into ``samples``, with the small admissions after each round into ``admissions`` (unless
+    None); every engine is dropped on return. Returns the rounds counted so far."""
     cells: dict[tuple[int, int], list[TimingCell]] = {}
     for b, c in keys:
         cells[b, c] = []
@@ -230,24 +277,26 @@ def time_cells(
             )
             if on_built is not None:
                 on_built()
-    engine = _admission_engine(pair, k_max=k_max, device=device)
+    engine = None
+    if admissions is not None:
+        engine = _admission_engine(pair, k_max=kw["k_max"], device=kw["device"])
     admission_rng = cell_rng(seed, 0, 0, 1)
-    admissions = []
-    for r in range(reps):
+    for _ in range(kw["reps"]):
         for copies in cells.values():
             for cell in copies:
                 cell.run_round()
-        admissions += [
-            _small_admission(engine, streams, k_max=k_max, rng=admission_rng, rows=rows)
-            for rows in [1] * SMALL_ADMISSIONS + list(GROUP_ADMISSIONS)
-        ]
+        if engine is not None:
+            admissions += [
+                _small_admission(engine, streams, k_max=kw["k_max"], rng=admission_rng, rows=rows)
+                for rows in [1] * SMALL_ADMISSIONS + list(GROUP_ADMISSIONS)
+            ]
         if on_round is not None:
-            on_round(r)
-    return TimedCells(
-        {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()},
-        admitted,
-        admissions,
+            on_round(rounds)
+        rounds += 1
+    samples.update(
+        {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()}
     )
+    return rounds
 
 
 def lone_admissions(
