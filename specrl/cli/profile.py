@@ -34,16 +34,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--check",
         metavar="PROFILE.json",
-        help="rebuild the profile's cells at batch 1, 8 and 64 and time them now by its own "
-        "procedure (about 25 s at --reps 5); print them beside its figures with the median and "
+        help="rebuild the profile's shortest level (every batch size at its shortest context) "
+        "and time it now by its own procedure (about a minute at --reps 5); print batch 1, 8 "
+        "and 64 beside its figures with the median and "
         "largest |now / profile - 1|; exit 1 when a cell is outside its tolerance (3 times its "
         "measured spread, 5-15%%)",
     )
     parser.add_argument(
         "--all-cells",
         action="store_true",
-        help="with --check: time every batch size of the grid up to 64 (about a minute), not "
-        "only 1, 8 and 64",
+        help="with --check: compare every batch size of the grid up to 64, not only 1, 8 and 64",
     )
     parser.add_argument(
         "--preset",

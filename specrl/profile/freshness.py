@@ -39,13 +39,13 @@ CHECK_BATCHES = (1, 8, 64)
 CHECK_ROUNDS = 2
 """Rounds timed for a profile that does not record its own ``reps``."""
 ALL_CELLS_MAX_BATCH = 64
-"""``specrl profile --check --all-cells`` times every grid batch size up to this one."""
+"""``specrl profile --check --all-cells`` compares every grid batch size up to this one."""
 REMEASURE = "specrl profile --out PROFILE.json"
 """The command that measures the default pair (see :func:`remeasure_command` for others)."""
 
 
 def all_cell_batches(profile) -> list[int]:
-    """The batch sizes ``specrl profile --check --all-cells`` times: the profile's grid up to
+    """The batch sizes ``specrl profile --check --all-cells`` compares: the profile's grid up to
     :data:`ALL_CELLS_MAX_BATCH`."""
     return [b for b in profile.batch_sizes if b <= ALL_CELLS_MAX_BATCH]
 
