@@ -30,6 +30,7 @@ verification build distributions (softmax, top-p sort), which greedy rows skip.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -217,55 +218,42 @@ def time_cells(
     TimingCell(
         pair, streams, batch=warm[0], context=warm[1], rng=cell_rng(seed, 0, 0, 0), **kw
     ).run_round()
-    admitted = lone_admissions(
-        pair,
-        streams,
-        keys,
-        seed=seed,
-        large_batch_repeats=large_batch_repeats,
-        on_built=on_built,
+    build = {
+        "seed": seed,
+        "shortest": shortest,
+        "large_batch_repeats": large_batch_repeats,
+        "on_built": on_built,
         **kw,
-    )
+    }
+    admitted = lone_admissions(pair, streams, keys, **build)
+    rounds = itertools.count()
+
+    def after_round() -> None:
+        r = next(rounds)
+        if on_round is not None:
+            on_round(r)
+
     samples: dict[tuple[int, int], list[dict]] = {}
     admissions: list[tuple[dict, dict]] = []
-    rounds = 0
     for level in dict.fromkeys(c for _, c in keys):  # the context levels, in keys' order
-        level_keys = [(b, c) for b, c in keys if c == level]
-        rounds = _time_level(
+        samples |= _time_level(
             pair,
             streams,
-            level_keys,
-            samples,
+            [(b, c) for b, c in keys if c == level],
             admissions if level == shortest else None,
-            seed=seed,
-            shortest=shortest,
-            large_batch_repeats=large_batch_repeats,
-            on_built=on_built,
-            on_round=on_round,
-            rounds=rounds,
-            **kw,
+            after_round,
+            **build,
         )
     return TimedCells(samples, admitted, admissions)
 
 
-def _time_level(
-    pair,
-    streams,
-    keys,
-    samples: dict,
-    admissions: list | None,
-    *,
-    seed,
-    shortest,
-    large_batch_repeats,
-    on_built,
-    on_round,
-    rounds: int,
-    **kw,
-) -> int:
-    """Build the cells of one context level's ``keys``, step them through ``reps`` rounds
-    into ``samples``, with the small admissions after each round into ``admissions`` (unless
-    None); every engine is dropped on return. Returns the rounds counted so far."""
+def _build_cells(
+    pair, streams, keys, *, seed, shortest, large_batch_repeats, on_built, **kw
+) -> dict[tuple[int, int], list[TimingCell]]:
+    """Every ``(batch, context)`` of ``keys`` built :func:`replicas` times, each replica's rows
+    drawn by :func:`cell_rng` (so a cell built twice has the same rows), its K>0 steps a
+    round by :func:`round_repeats`; ``on_built()`` after each. ``kw`` goes to
+    :class:`TimingCell` (``admit_only`` among it)."""
     cells: dict[tuple[int, int], list[TimingCell]] = {}
     for b, c in keys:
         cells[b, c] = []
@@ -277,58 +265,43 @@ def _time_level(
             )
             if on_built is not None:
                 on_built()
-    engine = None
+    return cells
+
+
+def _time_level(
+    pair, streams, keys, admissions: list | None, after_round, **build
+) -> dict[tuple[int, int], list[dict]]:
+    """The decode steps of one context level's ``keys``: its cells built
+    (:func:`_build_cells`), stepped through ``reps`` rounds, ``after_round()`` after each,
+    and dropped on return. Unless ``admissions`` is None, the small admissions after each
+    round are appended to it."""
+    cells = _build_cells(pair, streams, keys, **build)
+    k_max, device = build["k_max"], build["device"]
     if admissions is not None:
-        engine = _admission_engine(pair, k_max=kw["k_max"], device=kw["device"])
-    admission_rng = cell_rng(seed, 0, 0, 1)
-    for _ in range(kw["reps"]):
+        engine = _admission_engine(pair, k_max=k_max, device=device)
+        admission_rng = cell_rng(build["seed"], 0, 0, 1)
+    for _ in range(build["reps"]):
         for copies in cells.values():
             for cell in copies:
                 cell.run_round()
-        if engine is not None:
+        if admissions is not None:
             admissions += [
-                _small_admission(engine, streams, k_max=kw["k_max"], rng=admission_rng, rows=rows)
+                _small_admission(engine, streams, k_max=k_max, rng=admission_rng, rows=rows)
                 for rows in [1] * SMALL_ADMISSIONS + list(GROUP_ADMISSIONS)
             ]
-        if on_round is not None:
-            on_round(rounds)
-        rounds += 1
-    samples.update(
-        {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()}
-    )
-    return rounds
+        after_round()
+    return {key: [s for cell in copies for s in cell.samples] for key, copies in cells.items()}
 
 
-def lone_admissions(
-    pair, streams, keys, *, seed: int, large_batch_repeats: int, on_built=None, **kw
-) -> dict[tuple[int, int], list[dict]]:
+def lone_admissions(pair, streams, keys, **build) -> dict[tuple[int, int], list[dict]]:
     """Each timing cell's admission (its prefill step), timed on the cell's own engine with
-    its own rows (:func:`cell_rng`) while no other cell is built, the engine dropped right
-    after it: a serving engine admits with only itself in memory. Why not the cells'
-    admissions: the last ones are built beside every other cell's cache, and there a large
-    prefill reads 20-40% slower than on a lone engine (docs/profile.md). ``on_built()`` is
-    called after each."""
-    admitted: dict[tuple[int, int], list[dict]] = {}
-    shortest = min(c for _, c in keys)
-    for b, c in keys:
-        repeats = round_repeats(b, c, shortest, large_batch_repeats)
-        admitted[b, c] = [
-            TimingCell(
-                pair,
-                streams,
-                batch=b,
-                context=c,
-                rng=cell_rng(seed, b, c, r),
-                repeats=repeats,
-                admit_only=True,
-                **kw,
-            ).admission
-            for r in range(replicas(b))
-        ]
-        if on_built is not None:
-            for _ in admitted[b, c]:
-                on_built()
-    return admitted
+    its own rows (:func:`_build_cells`, ``admit_only``: the engine is dropped right after
+    the step), so that no other cell is built beside it: a serving engine admits with only
+    itself in memory. Why not the cells' admissions: the last ones are built beside every
+    other cell's cache, and there a large prefill reads 20-40% slower than on a lone engine
+    (docs/profile.md)."""
+    cells = _build_cells(pair, streams, keys, admit_only=True, **build)
+    return {key: [cell.admission for cell in copies] for key, copies in cells.items()}
 
 
 def clean_steps(decode: Sequence[dict], k: int) -> list[dict]:
