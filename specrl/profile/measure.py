@@ -141,11 +141,21 @@ def measure_profile(
     streams, by_cell = _row_streams(pair, streams, tokens)
     keys = [(b, c) for c in contexts for b in batch_sizes]
     groups = 0 if acceptance_from is not None else _acceptance_groups(prompts)
-    # Each cell's admission, then the cells; each context level's rounds.
-    total = 2 * sum(replicas(b) for b, _ in keys) + reps * len(contexts) + groups
+    rounds = reps * len(contexts)  # time_cells runs each context level's rounds in turn
+    # Each cell's admission, then the cells, then the rounds.
+    total = 2 * sum(replicas(b) for b, _ in keys) + rounds + groups
     bar = tqdm(total=total, desc="profile", disable=not progress)
     timed = _time_cells(
-        pair, streams, keys, prompts, bar, k_max=k_max, reps=reps, device=device, seed=seed
+        pair,
+        streams,
+        keys,
+        prompts,
+        bar,
+        rounds,
+        k_max=k_max,
+        reps=reps,
+        device=device,
+        seed=seed,
     )
     accepted = _accepted_fields(
         pair,
@@ -181,13 +191,14 @@ def measure_profile(
     return profile
 
 
-def _time_cells(pair, streams, keys, prompts: PromptFile | None, bar, **kw) -> TimedCells:
-    """:func:`~specrl.profile.timing.time_cells` of ``keys``, counted on ``bar``; with a
-    prompts file, the cells' rows take its prompts' sampling settings in turn."""
+def _time_cells(
+    pair, streams, keys, prompts: PromptFile | None, bar, rounds: int, **kw
+) -> TimedCells:
+    """:func:`~specrl.profile.timing.time_cells` of ``keys``, counted on ``bar`` (``rounds``
+    in all); with a prompts file, the cells' rows take its prompts' sampling settings in
+    turn."""
     bar.set_postfix_str("timing cells")
     settings = None if prompts is None else [(p.temperature, p.top_p) for p in prompts.prompts]
-
-    rounds = kw["reps"] * len({c for _, c in keys})
 
     def after_round(r: int) -> None:
         bar.set_postfix_str(f"round {r + 1}/{rounds}")
