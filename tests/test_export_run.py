@@ -373,7 +373,12 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
         obj = json.loads(out.read_text())
         chosen = obj["specrl"]["chosen_by"]
         assert chosen["method"] == "search" and chosen["workloads"] == ["ramp"]
-        assert chosen["score"] >= max(chosen["starts"].values())
+        incumbent = chosen["incumbent"]  # the engineer's sweep, as specrl compare tunes it
+        assert incumbent in chosen["starts"] and "sweep" in incumbent
+        assert chosen["confirm_seeds"] == list(range(55_000, 55_000 + SEARCH_EPISODES))
+        assert chosen["score"] >= chosen["starts"][incumbent]  # never below it on either set
+        assert chosen["score_confirm"] >= chosen["starts_confirm"][incumbent]
+        assert f"confirmed on seeds 55000-{last + 5_000}: score " in printed
         assert all(r["worth"] >= 0.005 for r in chosen["rises"])
         schedule = BatchSchedule.from_file(out, max_batch=8, k_max=4)
         assert schedule.table[1:, 0].tolist()  # the stack's reading of what was written

@@ -263,3 +263,71 @@ def test_a_search_on_more_seeds_also_starts_from_the_engineer_tuned_on_two():
         result = best_schedule(fmt, more, {**engineer_starts(more, fmt), **added})
         for dense in added.values():
             assert result.score >= more.score(np.asarray(dense)) - 1e-9
+
+
+class Table(PlainScore):
+    """A score read from a dict: each schedule's K at batch 1 and 5 sets its score."""
+
+    def __init__(self, values: dict, seeds=(1,)):
+        self.values, self.seeds = values, list(seeds)
+
+    def score(self, dense):
+        return self.values.get((int(dense[1]), int(dense[5])), 100.0)
+
+
+def test_a_start_better_on_the_tuning_seeds_alone_does_not_replace_the_incumbent():
+    fmt = StackFormat("vllm", k_max=3, max_batch=8)
+    sweep, eager = np.full(9, 1), np.full(9, 2)
+    starts = {"sweep": sweep, "eager": eager}
+    tune = Table({(2, 2): 101.0})  # eager 1% better on the tuning seeds
+    lucky = Table({(2, 2): 100.05}, seeds=(7,))  # and 0.05% on the confirmation seeds
+    result = best_schedule(fmt, tune, starts, confirm=lucky, incumbent="sweep")
+    assert result.start == "sweep" and result.dense[1:].tolist() == sweep[1:].tolist()
+    assert result.incumbent == "sweep"
+    assert result.starts == {"sweep": 100.0, "eager": 101.0}
+    assert result.starts_confirm == {"sweep": 100.0, "eager": 100.05}
+    assert result.score_confirm == 100.0 and result.confirm_seeds == [7]
+    chosen = result.to_json()
+    assert chosen["incumbent"] == "sweep" and chosen["confirm_seeds"] == [7]
+    assert "the incumbent, sweep, gives way only to" in result.describe()
+    # Held on the confirmation seeds too, it replaces the incumbent.
+    held = Table({(2, 2): 100.5}, seeds=(7,))
+    result = best_schedule(fmt, tune, starts, confirm=held, incumbent="sweep")
+    assert result.start == "eager" and result.dense[1:].tolist() == eager[1:].tolist()
+    # With no confirmation seeds the best start on the tuning seeds is kept, as before.
+    result = best_schedule(fmt, tune, starts)
+    assert result.start == "eager" and result.incumbent is None
+    assert "confirm_seeds" not in result.to_json()
+
+
+def test_a_move_is_kept_only_where_it_gains_on_the_confirmation_seeds_too():
+    fmt = StackFormat("vllm", k_max=3, max_batch=8)
+    start = np.full(9, 1)
+    up = Table({(2, 1): 101.0})  # K=2 at batch 1 only: one move (bucket 1) up
+    result = best_schedule(fmt, up, {"sweep": start}, confirm=Table({}, (7,)), incumbent="sweep")
+    assert result.moves == 0 and result.dense[1:].tolist() == start[1:].tolist()
+    result = best_schedule(
+        fmt, up, {"sweep": start}, confirm=Table({(2, 1): 100.2}, (7,)), incumbent="sweep"
+    )
+    assert result.moves == 1 and result.dense[1:].tolist() == [2, 1, 1, 1, 1, 1, 1, 1]
+    assert result.score == 101.0 and result.score_confirm == 100.2
+
+
+def test_the_incumbent_is_the_sweep_specrl_compare_tunes_held_to_the_format():
+    from specrl.policies.engineer import tune_sweep_trtllm
+    from specrl.train.search import incumbent_start
+
+    scorer = small_scorer()
+    for name in ("vllm", "trtllm"):
+        fmt = StackFormat(name, k_max=3, max_batch=16)
+        starts = {"all K=1": np.full(17, 1), **engineer_starts(scorer, fmt)}
+        found = incumbent_start(scorer, fmt, starts)
+        assert found is not None and found.startswith("sweep"), (name, found)
+        if name == "trtllm":  # the nudge the sweep:trtllm baseline serves
+            for env in scorer.envs[:1]:
+                one = small_scorer(workloads=(workload_name(env),))
+                own = engineer_starts(one, fmt)
+                picked = incumbent_start(one, fmt, own)
+                served = tune_sweep_trtllm(env, seeds=one.seeds).table[:, 0]
+                assert np.array_equal(fmt.express(own[picked])[1:], served[1:])
+    assert incumbent_start(scorer, StackFormat("vllm", k_max=3, max_batch=16), {}) is None

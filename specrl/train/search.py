@@ -11,11 +11,15 @@ searches the format's own class instead, judged in the surrogate:
    the operating acceptance; the table collapsed per batch size at the acceptance bin its
    policy visits most there (visit-weighted); the engineer's threshold and per-bucket sweep
    (:mod:`specrl.policies.engineer`) tuned on the whole mix, for TensorRT-LLM also the sweep
-   nudged to its smallest-key rule; each workload's own engineer. The best start is kept.
+   nudged to its smallest-key rule; each workload's own engineer. The engineer's sweep as
+   ``specrl compare`` tunes it (held to the format) is the incumbent: another start
+   replaces it only where it scores at least :data:`MIN_MOVE_GAIN` higher on the tuning
+   seeds and on the confirmation seeds (:data:`specrl.seeds.CONFIRM_SEED`), then the best
+   such start by the mean of the two.
 2. **Local search**: bucket by bucket (:data:`SEARCH_BATCHES`), set the whole bucket to a
    neighbouring K (one up or down, or a neighbour bucket's K) where the format allows it;
-   keep the best move if it scores at least :data:`MIN_MOVE_GAIN` higher; repeat until a
-   pass changes nothing.
+   keep the best move if it scores at least :data:`MIN_MOVE_GAIN` higher on the tuning
+   seeds and gains as much on the confirmation seeds; repeat until a pass changes nothing.
 3. **Smoothing**: a K that rises with batch size stays only where the rise is worth at
    least :data:`MIN_RISE_WORTH` of the score; otherwise the rise is flattened (whichever of
    lowering the higher run or raising the lower one scores better). Each start is smoothed
@@ -25,8 +29,12 @@ searches the format's own class instead, judged in the surrogate:
 The score (:class:`VersusEngineer`) weighs a schedule's tokens/s on each workload against
 that workload's own engineer, on :data:`SEARCH_EPISODES` tuning seeds per workload from
 :data:`specrl.seeds.TUNE_SEED` (each engineer tuned on the same seeds): half the worst
-workload's ratio, half the geometric mean of the ratios. The result is never worse
-there than any start (smoothed), and no rise it keeps is worth less than the bar.
+workload's ratio, half the geometric mean of the ratios. The result is never below the
+incumbent on either set of seeds (smoothed) nor below a start that beat it on both; a start
+or move that gains on the tuning seeds alone is as likely their luck as the schedule's, and
+is not taken. No rise it keeps is worth less than the bar. Without confirmation seeds
+(:func:`best_schedule` given none) the best start on the tuning seeds is kept and the moves
+are judged there alone: the result is then never worse there than any start.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from specrl.policies.engineer import (
     workload_name,
 )
 from specrl.policies.schedule import BatchSchedule
+from specrl.seeds import CONFIRM_SEED
 from specrl.table import KTable
 from specrl.table.build import table_from_policy
 from specrl.table.sglang import SGLANG_CUDA_GRAPH_BS, check_cuda_graph_bs, to_sglang
@@ -216,8 +225,27 @@ class SearchResult:
     :class:`VersusEngineer`; else empty)."""
     engineers: dict[str, str] = field(default_factory=dict)
     """Per workload, the engineer's method it is judged against (with :class:`VersusEngineer`)."""
+    incumbent: str | None = None
+    """The start kept unless another gains on both sets of seeds (None: no confirmation)."""
+    confirm_seeds: list[int] = field(default_factory=list)
+    score_confirm: float | None = None
+    """The result's score on the confirmation seeds (None: no confirmation)."""
+    starts_confirm: dict[str, float] = field(default_factory=dict)
+    """Each start's score on the confirmation seeds."""
+    ratios_confirm: dict[str, float] = field(default_factory=dict)
+    """Per workload, the result over that workload's engineer on the confirmation seeds."""
 
     def to_json(self) -> dict:
+        confirmed = {}
+        if self.score_confirm is not None:
+            confirmed = {
+                "incumbent": self.incumbent,
+                "confirm_seeds": self.confirm_seeds,
+                "score_confirm": self.score_confirm,
+                "starts_confirm": self.starts_confirm,
+                "ratios_confirm": self.ratios_confirm,
+                "min_move_gain": MIN_MOVE_GAIN,
+            }
         return {
             "method": "search",
             "objective": self.objective,
@@ -235,6 +263,7 @@ class SearchResult:
             "episodes": self.evaluations,
             "surrogate_s": round(self.surrogate_s, 1),
             "wall_s": round(self.wall_s, 1),
+            **confirmed,
         }
 
     def describe(self) -> str:
@@ -254,10 +283,24 @@ class SearchResult:
                 else "every schedule it tried was already played for an earlier format"
             ),
         ]
-        if self.ratios:
+        if self.score_confirm is not None:
             lines.append(
-                f"  score: {self.objective}; over each workload's engineer: "
-                + ", ".join(f"{w} {r:.4f} ({self.engineers[w]})" for w, r in self.ratios.items())
+                f"  confirmed on seeds {self.confirm_seeds[0]}-{self.confirm_seeds[-1]}: score "
+                f"{self.score_confirm:.4g}; the incumbent, {self.incumbent}, gives way only to "
+                f"a start or move {MIN_MOVE_GAIN:.1%} better on both sets of seeds; starts: "
+                + ", ".join(f"{name} {s:.4g}" for name, s in self.starts_confirm.items())
+            )
+        if self.ratios:
+            confirm = self.ratios_confirm
+            lines.append(
+                f"  score: {self.objective}; over each workload's engineer"
+                + (" (tuning, confirmation seeds): " if confirm else ": ")
+                + ", ".join(
+                    f"{w} {r:.4f}"
+                    + (f"/{confirm[w]:.4f}" if w in confirm else "")
+                    + f" ({self.engineers[w]})"
+                    for w, r in self.ratios.items()
+                )
             )
         if self.rises:
             lines.append(
@@ -408,21 +451,32 @@ def best_schedule(
     scorer: Scorer,
     starts: dict[str, np.ndarray],
     *,
+    confirm: Scorer | None = None,
+    incumbent: str | None = None,
     progress: bool = False,
 ) -> SearchResult:
     """Search ``fmt``'s class from ``starts`` (see the module); ``scorer`` holds the envs
-    (workloads) and seeds it is judged on."""
+    (workloads) and seeds it is judged on, ``confirm`` (optional) the same envs on the
+    confirmation seeds; ``incumbent``, the start kept unless another gains on both (default:
+    the best start on the tuning seeds)."""
     clock = time.perf_counter()
-    played = (scorer.episodes, scorer.surrogate_s)
+    played = _played(scorer, confirm)
     smoothed_starts = _smoothed_starts(fmt, scorer, starts)
     scores = {name: s for name, (_, s) in smoothed_starts.items()}
+    again: dict[str, float] = {}
     start = max(scores, key=lambda n: scores[n])
+    if confirm is not None:
+        confirm.prefetch([d for d, _ in smoothed_starts.values()])
+        again = {name: confirm.score(d) for name, (d, _) in smoothed_starts.items()}
+        if incumbent in scores:
+            start = _replacing(incumbent, scores, again)
     floor = scores[start]
     dense, score, moves = _local_search(
-        fmt, scorer, smoothed_starts[start][0].copy(), floor, progress
+        fmt, scorer, smoothed_starts[start][0].copy(), floor, progress, confirm
     )
     dense, score, smoothed, rises = _smooth(fmt, scorer, dense, score)
-    if score < floor:  # smoothing what the search added fell below the best start
+    below = score < floor or (confirm is not None and confirm.score(dense) < again[start])
+    if below:  # smoothing what the search added fell below the start (on either set)
         dense, score = smoothed_starts[start][0].copy(), floor
         _, _, _, rises = _smooth(fmt, scorer, dense, score)
     _warn_below_off(fmt, scorer, dense, score)
@@ -432,6 +486,16 @@ def best_schedule(
     served = fmt.read(config)
     if not np.array_equal(served, dense):  # the writer must hold what was scored
         raise SpecrlError(f"the {fmt.fmt} writer did not hold the searched schedule")
+    cost = _played(scorer, confirm)
+    confirmed = {}
+    if confirm is not None:
+        confirmed = {
+            "incumbent": start if incumbent not in scores else incumbent,
+            "confirm_seeds": confirm.seeds,
+            "score_confirm": confirm.score(dense),
+            "starts_confirm": again,
+            "ratios_confirm": confirm.engineer_ratios(dense),
+        }
     return SearchResult(
         fmt=fmt.fmt,
         dense=dense,
@@ -444,13 +508,37 @@ def best_schedule(
         moves=moves,
         rises=rises,
         smoothed=smoothed,
-        evaluations=scorer.episodes - played[0],
-        surrogate_s=scorer.surrogate_s - played[1],
+        evaluations=cost[0] - played[0],
+        surrogate_s=cost[1] - played[1],
         wall_s=time.perf_counter() - clock,
         objective=scorer.objective,
         ratios=scorer.engineer_ratios(dense),
         engineers=scorer.engineer_methods(),
+        **confirmed,
     )
+
+
+def _played(scorer: Scorer, confirm: Scorer | None) -> tuple[int, float]:
+    """Episodes and surrogate seconds ``scorer`` and ``confirm`` have played so far."""
+    episodes, seconds = scorer.episodes, scorer.surrogate_s
+    if confirm is not None:
+        episodes, seconds = episodes + confirm.episodes, seconds + confirm.surrogate_s
+    return episodes, seconds
+
+
+def _replacing(incumbent: str, scores: dict, again: dict) -> str:
+    """The start the search begins from: ``incumbent``, unless another scores at least
+    :data:`MIN_MOVE_GAIN` higher on the tuning seeds (``scores``) and on the confirmation
+    seeds (``again``); then the best such start by the mean of the two."""
+    qualified = [
+        name
+        for name in scores
+        if scores[name] >= scores[incumbent] * (1 + MIN_MOVE_GAIN)
+        and again[name] >= again[incumbent] * (1 + MIN_MOVE_GAIN)
+    ]
+    if not qualified:
+        return incumbent
+    return max(qualified, key=lambda n: scores[n] + again[n])
 
 
 def _smoothed_starts(fmt: StackFormat, scorer: Scorer, starts: dict) -> dict:
@@ -479,9 +567,12 @@ def _smoothed_starts(fmt: StackFormat, scorer: Scorer, starts: dict) -> dict:
     return out
 
 
-def _local_search(fmt: StackFormat, scorer: Scorer, dense, score: float, progress: bool):
-    """Bucket by bucket, the best feasible move worth at least :data:`MIN_MOVE_GAIN`, for up
-    to :data:`MAX_PASSES` passes: ``(dense, score, moves kept)``."""
+def _local_search(
+    fmt: StackFormat, scorer: Scorer, dense, score: float, progress: bool, confirm=None
+):
+    """Bucket by bucket, the best feasible move worth at least :data:`MIN_MOVE_GAIN` (on the
+    tuning seeds, and on ``confirm``'s when given), for up to :data:`MAX_PASSES` passes:
+    ``(dense, score, moves kept)``."""
     buckets = search_buckets(fmt.max_batch)
     moves = 0
     bar = tqdm(desc=f"search {fmt.fmt}", total=MAX_PASSES * len(buckets), disable=not progress)
@@ -501,10 +592,15 @@ def _local_search(fmt: StackFormat, scorer: Scorer, dense, score: float, progres
                 s = scorer.score(trial)
                 if s > score * (1 + MIN_MOVE_GAIN) and (best_move is None or s > best_move[0]):
                     best_move = (s, trial)
-            if best_move is not None:
-                score, dense = best_move
-                moves += 1
-                changed = True
+            if best_move is None:
+                continue
+            if confirm is not None:  # the move must hold on other episodes too
+                gain = confirm.score(best_move[1]) / confirm.score(dense) - 1
+                if gain < MIN_MOVE_GAIN:
+                    continue
+            score, dense = best_move
+            moves += 1
+            changed = True
         if not changed:
             break
     bar.close()
@@ -637,8 +733,15 @@ def search_run(
         objective = VersusEngineer(
             scorer, k_max=config.k_max, max_batch=config.max_batch, worst_weight=worst_weight
         )
-        tuned = (scorer.episodes, scorer.surrogate_s, time.perf_counter() - clock)
         theirs = compare_objective(scorer, k_max=config.k_max, max_batch=config.max_batch)
+        confirm = VersusEngineer(
+            Scorer(scorer.envs, tuning_seeds(episodes, seed=CONFIRM_SEED)),
+            k_max=config.k_max,
+            max_batch=config.max_batch,
+            engineers=objective.engineers,
+            worst_weight=worst_weight,
+        )
+        tuned = (*_played(scorer, confirm.scorer), time.perf_counter() - clock)
         edges = table.acceptance_edges  # the visits binned as the table's cells
         visits = visited_cells(run, edges, progress=progress, desc="search: visits")
         plain = collapsed(table, acceptance)
@@ -649,12 +752,20 @@ def search_run(
                 name, k_max=config.k_max, max_batch=config.max_batch, cuda_graph_bs=cuda_graph_bs
             )
             starts = {f"collapse at {acceptance}": plain, "visit-weighted collapse": weighted}
-            clock, played = time.perf_counter(), (scorer.episodes, scorer.surrogate_s)
+            clock, played = time.perf_counter(), _played(scorer, confirm.scorer)
             starts.update(engineer_starts(scorer, fmt))
             starts.update(_own_engineers(objective, fmt, starts))
             starts.update(compare_engineers(theirs, fmt, starts))
+            incumbent = incumbent_start(theirs.scorer if theirs else scorer, fmt, starts)
             try:
-                result = best_schedule(fmt, objective, starts, progress=progress)
+                result = best_schedule(
+                    fmt,
+                    objective,
+                    starts,
+                    confirm=confirm,
+                    incumbent=incumbent,
+                    progress=progress,
+                )
             except SpecrlError as err:
                 if errors is None:
                     raise
@@ -662,12 +773,36 @@ def search_run(
                 continue
             # The engineer's starts were tuned for this search: their episodes count in its cost
             # (each workload's own engineer once, in the first format's).
-            result.evaluations = scorer.episodes - played[0] + tuned[0]
-            result.surrogate_s = scorer.surrogate_s - played[1] + tuned[1]
+            cost = _played(scorer, confirm.scorer)
+            result.evaluations = cost[0] - played[0] + tuned[0]
+            result.surrogate_s = cost[1] - played[1] + tuned[1]
             result.wall_s = time.perf_counter() - clock + tuned[2]
             tuned = (0, 0.0, 0.0)
             out[name] = result
     return out
+
+
+def incumbent_start(scorer: Scorer, fmt: StackFormat, starts: dict) -> str | None:
+    """The name among ``starts`` of the engineer's sweep as ``specrl compare`` tunes it on
+    ``scorer``'s mix and seeds, held to ``fmt`` (for TensorRT-LLM the nudge that
+    ``sweep:trtllm`` takes: the better on those seeds), a sweep's name first where another
+    start serves the same; None where no start holds it."""
+    bucket_k, _ = best_sweep(scorer, fmt.k_max, fmt.max_batch)
+    options = {"": sweep_dense(bucket_k, fmt.max_batch)}
+    if fmt.fmt == "trtllm":
+        options = trtllm_nudges(options[""])
+        scorer.prefetch(options.values())
+    sweep = max(options.values(), key=scorer.score)
+    served = fmt.express(sweep)
+    holding = [
+        name
+        for name, dense in starts.items()
+        if served is not None
+        and (held := fmt.express(dense)) is not None
+        and np.array_equal(held[1:], served[1:])
+    ]
+    named = [name for name in holding if "sweep" in name]  # where a collapse equals it
+    return (named or holding or [None])[0]
 
 
 def _own_engineers(objective: VersusEngineer, fmt: StackFormat, starts: dict) -> dict:
