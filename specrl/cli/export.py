@@ -94,9 +94,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=options.positive_int,
         default=None,
         metavar="N",
-        help="the search's tuning episodes per table or schedule and workload (the native "
-        "table's search confirms on as many more); default: 2 for the native table, 8 for a "
-        "stack's schedule (specrl.train.search.NATIVE_EPISODES, SEARCH_EPISODES)",
+        help="the search's tuning episodes per table or schedule and workload (each search "
+        "confirms on as many more); default: 2 for the native table, 8 for a stack's "
+        "schedule (specrl.train.search.NATIVE_EPISODES, SEARCH_EPISODES)",
     )
     parser.add_argument(
         "--no-search",

@@ -721,7 +721,8 @@ def search_run(
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised.
     ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`);
-    ``episodes``: tuning episodes per schedule and workload. Its scorers share their
+    ``episodes``: tuning episodes per schedule and workload, and as many again on the
+    confirmation seeds; the incumbent is :func:`incumbent_start`. Its scorers share their
     episodes (:func:`~specrl.policies.engineer.shared_episodes`)."""
 
     with shared_episodes():  # the 2-seed engineer replays none of the tuning's episodes
