@@ -294,6 +294,10 @@ def test_a_start_better_on_the_tuning_seeds_alone_does_not_replace_the_incumbent
     held = Table({(2, 2): 100.5}, seeds=(7,))
     result = best_schedule(fmt, tune, starts, confirm=held, incumbent="sweep")
     assert result.start == "eager" and result.dense[1:].tolist() == eager[1:].tolist()
+    # No start named the incumbent: the best on the tuning seeds, and the file says so.
+    result = best_schedule(fmt, tune, starts, confirm=held, incumbent="absent")
+    assert result.start == "eager" and result.incumbent is None
+    assert "no start holds the engineer's sweep" in result.describe()
     # With no confirmation seeds the best start on the tuning seeds is kept, as before.
     result = best_schedule(fmt, tune, starts)
     assert result.start == "eager" and result.incumbent is None

@@ -226,7 +226,8 @@ class SearchResult:
     engineers: dict[str, str] = field(default_factory=dict)
     """Per workload, the engineer's method it is judged against (with :class:`VersusEngineer`)."""
     incumbent: str | None = None
-    """The start kept unless another gains on both sets of seeds (None: no confirmation)."""
+    """The start kept unless another gains on both sets of seeds (None: no confirmation, or
+    no start holds the engineer's sweep)."""
     confirm_seeds: list[int] = field(default_factory=list)
     score_confirm: float | None = None
     """The result's score on the confirmation seeds (None: no confirmation)."""
@@ -286,8 +287,15 @@ class SearchResult:
         if self.score_confirm is not None:
             lines.append(
                 f"  confirmed on seeds {self.confirm_seeds[0]}-{self.confirm_seeds[-1]}: score "
-                f"{self.score_confirm:.4g}; the incumbent, {self.incumbent}, gives way only to "
-                f"a start or move {MIN_MOVE_GAIN:.1%} better on both sets of seeds; starts: "
+                f"{self.score_confirm:.4g}; "
+                + (
+                    f"the incumbent, {self.incumbent}, gives way only to a start or move "
+                    f"{MIN_MOVE_GAIN:.1%} better on both sets of seeds"
+                    if self.incumbent
+                    else "no start holds the engineer's sweep: the best on the tuning seeds, "
+                    f"moves {MIN_MOVE_GAIN:.1%} better on both sets"
+                )
+                + "; starts: "
                 + ", ".join(f"{name} {s:.4g}" for name, s in self.starts_confirm.items())
             )
         if self.ratios:
@@ -490,7 +498,7 @@ def best_schedule(
     confirmed = {}
     if confirm is not None:
         confirmed = {
-            "incumbent": start if incumbent not in scores else incumbent,
+            "incumbent": incumbent if incumbent in scores else None,
             "confirm_seeds": confirm.seeds,
             "score_confirm": confirm.score(dense),
             "starts_confirm": again,
