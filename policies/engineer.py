@@ -484,6 +484,17 @@ def trtllm_nudges(dense) -> dict[str, np.ndarray]:
     return out
 
 
+def best_trtllm_nudge(scorer: Scorer, dense) -> tuple[str, np.ndarray, dict[str, float]]:
+    """``dense`` as TensorRT-LLM serves it best: of its :func:`trtllm_nudges`, the one with
+    the most tokens/s on ``scorer``'s seeds (ties: the first). Returns ``(how it was
+    nudged, the schedule, each nudge's tokens/s)``."""
+    nudges = trtllm_nudges(dense)
+    scorer.prefetch(nudges.values())
+    scores = {name: scorer.score(d) for name, d in nudges.items()}
+    best = max(scores, key=lambda n: scores[n])
+    return best, nudges[best], scores
+
+
 def tune_sweep_trtllm(env, *, profile=None, seeds: list[int] | None = None) -> BatchSchedule:
     """The sweep held to what TensorRT-LLM's ``draft_len_schedule`` can express (its
     :func:`trtllm_nudges`, the better on the tuning seeds), named ``sweep:trtllm``."""
@@ -492,11 +503,7 @@ def tune_sweep_trtllm(env, *, profile=None, seeds: list[int] | None = None) -> B
     scorer = Scorer([surrogate], seeds or tuning_seeds())
     k_max, max_batch = surrogate.k_max, surrogate.max_batch
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
-    nudges = trtllm_nudges(sweep_dense(bucket_k, max_batch))
-    scorer.prefetch(nudges.values())
-    scores = {name: scorer.score(d) for name, d in nudges.items()}
-    best = max(scores, key=lambda n: scores[n])
-    dense = nudges[best]
+    best, dense, scores = best_trtllm_nudge(scorer, sweep_dense(bucket_k, max_batch))
     policy = BatchSchedule(dense, max_batch=max_batch, k_max=k_max, name="sweep:trtllm")
     policy.tuning = Tuning(
         method="sweep:trtllm",

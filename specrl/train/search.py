@@ -52,6 +52,7 @@ from specrl.policies.engineer import (
     Scorer,
     best_sweep,
     best_threshold,
+    best_trtllm_nudge,
     geometric_rate,
     shared_episodes,
     sweep_dense,
@@ -797,18 +798,16 @@ def incumbent_start(scorer: Scorer, fmt: StackFormat, starts: dict) -> str | Non
     ``sweep:trtllm`` takes: the better on those seeds), a sweep's name first where another
     start serves the same; None where no start holds it."""
     bucket_k, _ = best_sweep(scorer, fmt.k_max, fmt.max_batch)
-    options = {"": sweep_dense(bucket_k, fmt.max_batch)}
+    sweep = sweep_dense(bucket_k, fmt.max_batch)
     if fmt.fmt == "trtllm":
-        options = trtllm_nudges(options[""])
-        scorer.prefetch(options.values())
-    sweep = max(options.values(), key=scorer.score)
+        _, sweep, _ = best_trtllm_nudge(scorer, sweep)
     served = fmt.express(sweep)
+    if served is None:
+        return None
     holding = [
         name
         for name, dense in starts.items()
-        if served is not None
-        and (held := fmt.express(dense)) is not None
-        and np.array_equal(held[1:], served[1:])
+        if (held := fmt.express(dense)) is not None and np.array_equal(held[1:], served[1:])
     ]
     named = [name for name in holding if "sweep" in name]  # where a collapse equals it
     return (named or holding or [None])[0]
