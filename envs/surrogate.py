@@ -87,6 +87,14 @@ class SurrogateSpecEnv(SpecEnvBase):
     first token on admission, and is caught up at the next K>0 step. All randomness comes
     from ``self.np_random``: a seed and the actions fix the trajectory.
 
+    The draws are common random numbers: at reset, each request of the trace gets its level
+    at every token it will generate and one uniform per output position that its draft token
+    there is accepted against, and the step times' noise has a stream of its own. As in
+    greedy serving, where the output, and so whether the draft guesses each token, does not
+    depend on K, a token is as easy to draft whatever the steps around it chose; two
+    controllers played on one seed differ by their choices, not their draws (a paired
+    comparison needs fewer episodes, docs/profile.md).
+
     ## Arguments
 
     * ``profile`` (path or :class:`~specrl.profile.Profile`): default: the profile shipped
@@ -220,11 +228,7 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._grid_flat = self._level_grid.ravel()
             # The AR(1) of specrl.profile.levels.drift over t tokens (0..max_len + 1), tabulated
             # for the hot path: keep phi^t of z, add sqrt(1 - phi^2t) of fresh noise.
-            phi = np.array([f["per_token"] for f in fits])
-            keep = phi[:, None] ** np.arange(self.max_len + 2)[None, :]
-            self._keep_width = keep.shape[1]
-            self._keep_flat = keep.ravel()
-            self._fresh_flat = np.sqrt(1.0 - keep * keep).ravel()
+            self._phi = np.array([f["per_token"] for f in fits])
         else:
             self._level_grid = None
         self._requests = None
@@ -268,28 +272,61 @@ class SurrogateSpecEnv(SpecEnvBase):
         self._left = np.zeros(mb, dtype=np.int64)
         self._group = np.zeros(mb, dtype=np.int64)
         self._level = np.zeros(mb, dtype=np.float64)
-        self._z = np.zeros(mb, dtype=np.float64)
-        self._z_at = np.zeros(mb, dtype=np.int64)  # tokens generated when z was last drifted
         self._index = np.zeros(mb, dtype=np.int64)
         self._generated = np.zeros(mb, dtype=np.int64)
         self._lag = np.zeros(mb, dtype=np.int64)
         self._maybe_behind = False
         self._waiting: deque = deque()
+        self._draw_requests()
         if self._requests is not None:
             self._requests.start(len(self.trace.requests))
             self._last_estimate = 0.0
 
+    def _draw_requests(self) -> None:
+        """Draw, once per episode, what each request of the trace is: its acceptance level at
+        each token it generates, and a uniform per output position that its draft token there
+        is accepted against (common random numbers). A token is then as easy to draft whatever
+        K the steps around it chose, as in greedy serving, where the output and so each
+        position's acceptance do not depend on K; two controllers on one seed differ by their
+        choices, not by their luck. The step times' noise is a stream of its own."""
+        requests = self.trace.requests
+        entropy = int(self.np_random.integers(2**63))
+        request_seed, time_seed = np.random.SeedSequence(entropy).spawn(2)
+        self._time_rng = np.random.default_rng(time_seed)
+        rng = np.random.default_rng(request_seed)
+        n = len(requests)
+        groups = np.array([self._group_of(r) for r in requests], dtype=np.int64)
+        width = max((r.max_new_tokens for r in requests), default=1) + self.k_max + 1
+        self._uniform = rng.random((n, width))
+        self._request_group = groups
+        if self._level_grid is None:
+            picks = rng.random(n)
+            self._request_level = np.array(
+                [
+                    float(self._levels[g][int(u * len(self._levels[g]))])
+                    for g, u in zip(groups.tolist(), picks.tolist(), strict=True)
+                ]
+            )
+            self._level_path = None
+            return
+        # The AR(1) of specrl.profile.levels.drift token by token, from the level it arrives
+        # with (at its first token, which the prefill commits).
+        keep = self._phi[groups]
+        fresh = np.sqrt(1.0 - keep * keep)
+        z = np.empty((n, width))
+        z[:, 0] = z[:, 1] = rng.standard_normal(n)
+        noise = rng.standard_normal((n, width))
+        for t in range(2, width):
+            z[:, t] = keep * z[:, t - 1] + fresh * noise[:, t]
+        rows = groups[:, None] * (Z_STEPS + 1)
+        self._level_path = self._grid_flat[rows + grid_index(z.ravel()).reshape(n, width)]
+        self._request_level = self._level_path[:, 1].copy()
+
     def _submit(self, requests, first: int) -> None:
-        rng = self.np_random
         for index, r in enumerate(requests, start=first):
-            group = self._group_of(r)
-            if self._level_grid is None:
-                levels = self._levels[group]
-                z, level = 0.0, float(levels[int(rng.integers(len(levels)))])
-            else:
-                z = float(rng.standard_normal())
-                level = float(self._level_grid[group, grid_index(np.array([z]))[0]])
-            self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index, z))
+            group = int(self._request_group[index])
+            level = float(self._request_level[index])
+            self._waiting.append((group, r.prompt_len, r.max_new_tokens, level, index))
             if self._requests is not None:
                 self._requests.admit(index, group)
 
@@ -325,10 +362,10 @@ class SurrogateSpecEnv(SpecEnvBase):
         n = first = self._n
         width = 0
         while self._waiting and n < self.max_batch:
-            g, p, o, level, index, z = self._waiting.popleft()
+            g, p, o, level, index = self._waiting.popleft()
             self._ctx[n], self._left[n], self._lag[n] = p + 1, o - 1, p + 1
             self._group[n], self._generated[n] = g, 1
-            self._level[n], self._index[n], self._z[n], self._z_at[n] = level, index, z, 1
+            self._level[n], self._index[n] = level, index
             width = max(width, p)
             n += 1
         self._n = n
@@ -352,8 +389,6 @@ class SurrogateSpecEnv(SpecEnvBase):
             self._group,
             self._generated,
             self._level,
-            self._z,
-            self._z_at,
             self._index,
         ):
             arr[:m] = arr[keep]
@@ -362,20 +397,13 @@ class SurrogateSpecEnv(SpecEnvBase):
 
     def _drift_levels(self) -> None:
         """Bring the running rows' levels up to the tokens they have generated (drifting
-        levels only; a K=0 step needs none, so the drift of several is applied at once, which
-        the AR(1) allows exactly)."""
+        levels only; a K=0 step needs none)."""
         n = self._n
-        group, generated = self._group[:n], self._generated[:n]
-        cell = group * self._keep_width + (generated - self._z_at[:n])
-        z = self._z[:n]
-        z *= self._keep_flat[cell]
-        z += self._fresh_flat[cell] * self.np_random.standard_normal(n)
-        self._z_at[:n] = generated
-        self._level[:n] = self._grid_flat[group * (Z_STEPS + 1) + grid_index(z)]
+        self._level[:n] = self._level_path[self._index[:n], self._generated[:n]]
 
     def _serve(self, k: int) -> Served:
         # Hot path (>= 20,000 steps/s): numpy over the running rows, no per-row Python.
-        rng = self.np_random
+        rng = self._time_rng
         extra_s, committed, finished, admitted = 0.0, 0, [], 0
         if self._waiting and self._n < self.max_batch:
             extra_s, committed, finished, admitted = self._admit()
@@ -401,7 +429,8 @@ class SurrogateSpecEnv(SpecEnvBase):
                     width = int(lag[behind].max()) - 1
                     extra_s += self._catchup_s[int(behind.sum()) * width]
                 self._maybe_behind = False
-            ok = rng.random((n, k)) < self._rates(self._group[:n], self._level[:n], generated, k)
+            drawn = self._uniform[self._index[:n, None], generated[:, None] + self._positions[:k]]
+            ok = drawn < self._rates(self._group[:n], self._level[:n], generated, k)
             if int(left.min()) <= k:
                 k_rows = np.minimum(left - 1, k)
                 ok &= self._positions[:k] < k_rows[:, None]

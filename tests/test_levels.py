@@ -122,3 +122,56 @@ def test_levels_drift_within_a_request_only_with_a_drift():
 
     assert changes(_env(None)) == 1
     assert changes(_env({"per_token": 0.9, "scale": 1.0, "shift": 0.0})) > 5
+
+
+def _first_draft_outcomes(env, actions, seed=0) -> tuple[dict, dict]:
+    """Per (request, output position) where a step drafted its first token: accepted or not;
+    and per (request, tokens generated) the level the row decoded at."""
+    env.reset(seed=seed)
+    outcomes, levels, done, step = {}, {}, False, 0
+    while not done:
+        k = actions[step % len(actions)]
+        n = env._n
+        before = dict(zip(env._index[:n].tolist(), env._generated[:n].tolist(), strict=True))
+        left = dict(zip(env._index[:n].tolist(), env._left[:n].tolist(), strict=True))
+        *_, terminated, truncated, _ = env.step(k)
+        done = terminated or truncated
+        n = env._n
+        for index, generated, level in zip(
+            env._index[:n].tolist(), env._generated[:n].tolist(), env._level[:n].tolist()
+        ):
+            if k and index in before and left[index] >= 3:
+                outcomes[index, before[index]] = generated - before[index] >= 2
+                levels[index, before[index]] = level
+        step += 1
+    return outcomes, levels
+
+
+@pytest.mark.parametrize("drift_fit", [None, {"per_token": 0.9, "scale": 1.0, "shift": 0.0}])
+def test_a_token_is_as_easy_to_draft_whatever_k_the_steps_chose(drift_fit):
+    # Common random numbers: a request's level at each token it generates and the draw its
+    # draft token at each output position is accepted against are the episode's, not the
+    # step's; K=1 and K=2 (every other step off) accept the same first draft tokens.
+    ones, ones_levels = _first_draft_outcomes(_env(drift_fit), [1])
+    twos, twos_levels = _first_draft_outcomes(_env(drift_fit), [2, 0])
+    both = ones.keys() & twos.keys()
+    assert len(both) > 100
+    assert 0 < sum(ones[key] for key in both) < len(both)  # some accepted, some rejected
+    assert all(ones[key] == twos[key] for key in both)
+    assert all(ones_levels[key] == twos_levels[key] for key in both)
+
+
+def test_the_oracle_reads_without_changing_the_episode():
+    env = _env({"per_token": 0.9, "scale": 1.0, "shift": 0.0})
+
+    def episode(ask_oracle: bool):
+        env.reset(seed=3)
+        done = False
+        while not done:
+            if ask_oracle:
+                env.oracle_k()
+            _, _, terminated, truncated, _ = env.step(2)
+            done = terminated or truncated
+        return env.episode_tokens, env.episode_seconds, env.episode_steps
+
+    assert episode(True) == episode(False)
