@@ -21,7 +21,15 @@ from specrl.dataclass_cli import parse
 from specrl.errors import SpecrlError
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ("train_ppo", "compare", "seeds", "engineer", "table_headroom", "row_headroom")
+SCRIPTS = (
+    "train_ppo",
+    "compare",
+    "seeds",
+    "engineer",
+    "table_headroom",
+    "row_headroom",
+    "paired_spread",
+)
 
 
 TINY_ROLLOUT = ("--n-envs", "2", "--n-steps", "64", "--batch-size", "64")
@@ -301,6 +309,35 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
             50_001,
         ]
     assert "| ramp | " in (out / "engineer.md").read_text()
+
+
+def test_paired_spread_is_the_spread_of_the_per_episode_log_ratio():
+    from types import SimpleNamespace
+
+    module = load("paired_spread")
+    runs = lambda pairs: [SimpleNamespace(tokens=t, seconds=s) for t, s in pairs]  # noqa: E731
+    row = module.paired(runs([(110, 1.0), (90, 1.0)]), runs([(100, 1.0), (100, 1.0)]))
+    logs = np.log([1.1, 0.9])
+    assert row["ratio"] == pytest.approx(1.0)
+    assert row["sd"] == pytest.approx(logs.std(ddof=1))
+    assert row["se"] == pytest.approx(logs.std(ddof=1) / np.sqrt(2))
+    assert row["spread_alone"] == 0.0
+
+
+def test_paired_spread_plays_each_schedule_on_the_same_held_out_seeds():
+    from specrl.envs import SurrogateSpecEnv, run_episode
+    from specrl.policies import FixedK
+
+    module = load("paired_spread")
+    result = module.run(module.Args(workloads=("bursts",), episodes=2, seed=7))
+    env = SurrogateSpecEnv(workload="bursts")
+    rate = {}
+    for k in (1, 2):
+        played = [run_episode(env, FixedK(k), seed=s) for s in (7, 8)]
+        rate[k] = sum(r.tokens for r in played) / sum(r.seconds for r in played)
+    row = result["pairs"]["bursts: K=2 / K=1"]
+    assert row["ratio"] == pytest.approx(rate[2] / rate[1], rel=1e-12)
+    assert set(result["pairs"]) == {f"bursts: {a} / {b}" for a, b in module.PAIRS}
 
 
 def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
