@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
+
 from specrl.dataclass_cli import comma_list, optional, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, float_in, positive_int, workload_preset
@@ -90,8 +92,18 @@ def _ratio(report, policy: str, reference: str) -> dict:
         "ratio": a.tokens_per_s / b.tokens_per_s,
         "min": min(per),
         "max": max(per),
+        "se": standard_error(per),
         "reference": reference,
     }
+
+
+def standard_error(ratios: list[float]) -> float:
+    """The standard error of the mean per-episode log ratio (0 for one episode): a ratio
+    that differs from 1 by much less than this is not measured by these episodes."""
+    if len(ratios) < 2:
+        return 0.0
+    logs = np.log(ratios)
+    return float(logs.std(ddof=1) / np.sqrt(len(logs)))
 
 
 def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None, **search) -> dict:
@@ -268,10 +280,17 @@ def _markdown(args: Args, rows: list[dict], formats, profile_path, run_dir: Path
         "|" + "---|" * (len(keys) + 2),
     ]
     for r in rows:
-        cells = [f"{r[key]['ratio']:.3f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})" for key in keys]
+        cells = [
+            f"{r[key]['ratio']:.4f} ± {r[key]['se']:.4f} ({r[key]['min']:.3f}-{r[key]['max']:.3f})"
+            for key in keys
+        ]
         vs_off = f"{r['engineer_vs_off']['ratio']:.3f} ({r['engineer']})"
         lines.append(f"| {r['workload']} | {vs_off} | " + " | ".join(cells) + " |")
-    lines += ["", "(min-max: the ratio per held-out episode)"]
+    lines += [
+        "",
+        "(± the standard error of the mean per-episode log ratio; min-max: the ratio per "
+        "held-out episode)",
+    ]
     return "\n".join(lines)
 
 

@@ -279,6 +279,14 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
         assert (out / "profiles" / f"{preset}.json").is_file()
 
 
+def test_engineer_script_gives_each_ratio_its_standard_error():
+    engineer = load("engineer")
+    ratios = [1.02, 0.99, 1.00, 1.01]
+    logs = np.log(ratios)
+    assert engineer.standard_error(ratios) == pytest.approx(logs.std(ddof=1) / 2)
+    assert engineer.standard_error([1.03]) == 0.0
+
+
 @pytest.mark.slow  # about 11 s: a training run, then every export searched
 def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path):
     from specrl.profile.synthetic import linear_profile
