@@ -297,11 +297,31 @@ def test_a_start_better_on_the_tuning_seeds_alone_does_not_replace_the_incumbent
     # No start named the incumbent: the best on the tuning seeds, and the file says so.
     result = best_schedule(fmt, tune, starts, confirm=held, incumbent="absent")
     assert result.start == "eager" and result.incumbent is None
-    assert "no start holds the engineer's sweep" in result.describe()
+    assert "no start holds the engineer's schedules" in result.describe()
     # With no confirmation seeds the best start on the tuning seeds is kept, as before.
     result = best_schedule(fmt, tune, starts)
     assert result.start == "eager" and result.incumbent is None
     assert "confirm_seeds" not in result.to_json()
+
+
+def test_the_incumbent_is_the_better_of_the_engineers_two_on_both_sets_of_seeds():
+    fmt = StackFormat("vllm", k_max=3, max_batch=8)
+    sweep, threshold = np.full(9, 1), np.full(9, 2)
+    starts = {"sweep": sweep, "threshold": threshold}
+    # The threshold 0.05% better on the tuning seeds and level on the confirmation ones:
+    # too little to replace an incumbent, enough to be the better of the engineer's two.
+    tune, held = Table({(2, 2): 100.05}), Table({}, seeds=(7,))
+    result = best_schedule(fmt, tune, starts, confirm=held, incumbent=["sweep", "threshold"])
+    assert result.incumbent == "threshold" and result.start == "threshold"
+    assert result.dense[1:].tolist() == threshold[1:].tolist()
+    result = best_schedule(fmt, tune, starts, confirm=held, incumbent="sweep")
+    assert result.incumbent == "sweep" and result.start == "sweep"
+    # Level on both sets: the first named; a name no start holds is passed over.
+    level = Table({})
+    result = best_schedule(fmt, level, starts, confirm=held, incumbent=["sweep", "threshold"])
+    assert result.incumbent == "sweep"
+    result = best_schedule(fmt, tune, starts, confirm=held, incumbent=["absent", "sweep"])
+    assert result.incumbent == "sweep"
 
 
 def test_a_move_is_kept_only_where_it_gains_on_the_confirmation_seeds_too():
@@ -335,3 +355,20 @@ def test_the_incumbent_is_the_sweep_specrl_compare_tunes_held_to_the_format():
                 served = tune_sweep_trtllm(env, seeds=one.seeds).table[:, 0]
                 assert np.array_equal(fmt.express(own[picked])[1:], served[1:])
     assert incumbent_start(scorer, StackFormat("vllm", k_max=3, max_batch=16), {}) is None
+
+
+def test_the_engineers_incumbents_are_its_sweep_and_threshold_as_specrl_compare_tunes_them():
+    from specrl.policies.engineer import best_threshold, threshold_dense
+    from specrl.train.search import engineer_incumbents, incumbent_start
+
+    scorer = small_scorer()
+    k, b, _ = best_threshold(scorer, 3, 16)
+    for name in ("vllm", "trtllm"):
+        fmt = StackFormat(name, k_max=3, max_batch=16)
+        starts = {"all K=1": np.full(17, 1), **engineer_starts(scorer, fmt)}
+        found = engineer_incumbents(scorer, fmt, starts)
+        assert found[0] == incumbent_start(scorer, fmt, starts)
+        held = fmt.express(starts[found[-1]])
+        assert np.array_equal(held[1:], fmt.express(threshold_dense(k, b, 16))[1:]), name
+        assert len(found) == len(set(found))
+    assert engineer_incumbents(scorer, StackFormat("vllm", k_max=3, max_batch=16), {}) == []

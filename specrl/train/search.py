@@ -11,11 +11,12 @@ searches the format's own class instead, judged in the surrogate:
    the operating acceptance; the table collapsed per batch size at the acceptance bin its
    policy visits most there (visit-weighted); the engineer's threshold and per-bucket sweep
    (:mod:`specrl.policies.engineer`) tuned on the whole mix, for TensorRT-LLM also the sweep
-   nudged to its smallest-key rule; each workload's own engineer. The engineer's sweep as
-   ``specrl compare`` tunes it (held to the format) is the incumbent: another start
-   replaces it only where it scores at least :data:`MIN_MOVE_GAIN` higher on the tuning
-   seeds and on the confirmation seeds (:data:`specrl.seeds.CONFIRM_SEED`), then the best
-   such start by the mean of the two.
+   nudged to its smallest-key rule; each workload's own engineer. The engineer as
+   ``specrl compare`` tunes it, held to the format, is the incumbent: of its sweep and its
+   threshold, the better by the mean of the scores on the tuning seeds and on the
+   confirmation seeds (:data:`specrl.seeds.CONFIRM_SEED`). Another start replaces it only
+   where it scores at least :data:`MIN_MOVE_GAIN` higher on both sets, then the best such
+   start by the mean of the two.
 2. **Local search**: bucket by bucket (:data:`SEARCH_BATCHES`), set the whole bucket to a
    neighbouring K (one up or down, or a neighbour bucket's K) where the format allows it;
    keep the best move if it scores at least :data:`MIN_MOVE_GAIN` higher on the tuning
@@ -227,8 +228,8 @@ class SearchResult:
     engineers: dict[str, str] = field(default_factory=dict)
     """Per workload, the engineer's method it is judged against (with :class:`VersusEngineer`)."""
     incumbent: str | None = None
-    """The start kept unless another gains on both sets of seeds (None: no confirmation, or
-    no start holds the engineer's sweep)."""
+    """The start kept unless another gains on both sets of seeds: the better of the
+    engineer's sweep and threshold (None: no confirmation, or no start holds either)."""
     confirm_seeds: list[int] = field(default_factory=list)
     score_confirm: float | None = None
     """The result's score on the confirmation seeds (None: no confirmation)."""
@@ -293,7 +294,8 @@ class SearchResult:
                     f"the incumbent, {self.incumbent}, gives way only to a start or move "
                     f"{MIN_MOVE_GAIN:.1%} better on both sets of seeds"
                     if self.incumbent
-                    else "no start holds the engineer's sweep: the best on the tuning seeds, "
+                    else "no start holds the engineer's schedules: the best on the tuning "
+                    "seeds, "
                     f"moves {MIN_MOVE_GAIN:.1%} better on both sets"
                 )
                 + "; starts: "
@@ -461,13 +463,14 @@ def best_schedule(
     starts: dict[str, np.ndarray],
     *,
     confirm: Scorer | None = None,
-    incumbent: str | None = None,
+    incumbent: str | list[str] | None = None,
     progress: bool = False,
 ) -> SearchResult:
     """Search ``fmt``'s class from ``starts`` (see the module); ``scorer`` holds the envs
     (workloads) and seeds it is judged on, ``confirm`` (optional) the same envs on the
     confirmation seeds; ``incumbent``, the start kept unless another gains on both (default:
-    the best start on the tuning seeds)."""
+    the best start on the tuning seeds), or several names: the best of them by the mean of
+    its scores on the two sets (ties: the first)."""
     clock = time.perf_counter()
     played = _played(scorer, confirm)
     smoothed_starts = _smoothed_starts(fmt, scorer, starts)
@@ -477,6 +480,7 @@ def best_schedule(
     if confirm is not None:
         confirm.prefetch([d for d, _ in smoothed_starts.values()])
         again = {name: confirm.score(d) for name, (d, _) in smoothed_starts.items()}
+        incumbent = _better(incumbent, scores, again)
         if incumbent in scores:
             start = _replacing(incumbent, scores, again)
     floor = scores[start]
@@ -533,6 +537,15 @@ def _played(scorer: Scorer, confirm: Scorer | None) -> tuple[int, float]:
     if confirm is not None:
         episodes, seconds = episodes + confirm.episodes, seconds + confirm.surrogate_s
     return episodes, seconds
+
+
+def _better(incumbent, scores: dict, again: dict) -> str | None:
+    """``incumbent`` where it is one name; of several, those among the starts, the best by
+    the mean of its two scores (ties: the first); None where none is a start."""
+    if incumbent is None or isinstance(incumbent, str):
+        return incumbent
+    named = [name for name in incumbent if name in scores]
+    return max(named, key=lambda n: scores[n] + again[n], default=None)
 
 
 def _replacing(incumbent: str, scores: dict, again: dict) -> str:
@@ -731,8 +744,8 @@ def search_run(
     table that never drafts at batch 1) is recorded there instead of raised.
     ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`);
     ``episodes``: tuning episodes per schedule and workload, and as many again on the
-    confirmation seeds; the incumbent is :func:`incumbent_start`. Its scorers share their
-    episodes (:func:`~specrl.policies.engineer.shared_episodes`)."""
+    confirmation seeds; the incumbent is the better of :func:`engineer_incumbents`. Its
+    scorers share their episodes (:func:`~specrl.policies.engineer.shared_episodes`)."""
 
     with shared_episodes():  # the 2-seed engineer replays none of the tuning's episodes
         run = as_run(run_dir)
@@ -766,7 +779,7 @@ def search_run(
             starts.update(engineer_starts(scorer, fmt))
             starts.update(_own_engineers(objective, fmt, starts))
             starts.update(compare_engineers(theirs, fmt, starts))
-            incumbent = incumbent_start(theirs.scorer if theirs else scorer, fmt, starts)
+            incumbent = engineer_incumbents(theirs.scorer if theirs else scorer, fmt, starts)
             try:
                 result = best_schedule(
                     fmt,
@@ -801,15 +814,36 @@ def incumbent_start(scorer: Scorer, fmt: StackFormat, starts: dict) -> str | Non
     sweep = sweep_dense(bucket_k, fmt.max_batch)
     if fmt.fmt == "trtllm":
         _, sweep, _ = best_trtllm_nudge(scorer, sweep)
-    served = fmt.express(sweep)
+    return _holding(fmt, starts, sweep, "sweep")
+
+
+def engineer_incumbents(scorer: Scorer, fmt: StackFormat, starts: dict) -> list[str]:
+    """The names among ``starts`` of the engineer's two schedules as ``specrl compare`` tunes
+    them on ``scorer``'s mix and seeds, held to ``fmt``: the sweep (:func:`incumbent_start`),
+    then ``threshold:tuned``; those no start holds are left out. :func:`best_schedule` keeps
+    the better of them on its two sets of seeds as the incumbent: the engineer is the
+    better of the two."""
+    k, b, _ = best_threshold(scorer, fmt.k_max, fmt.max_batch)
+    found = [
+        incumbent_start(scorer, fmt, starts),
+        _holding(fmt, starts, threshold_dense(k, b, fmt.max_batch), "threshold"),
+    ]
+    return [name for i, name in enumerate(found) if name is not None and name not in found[:i]]
+
+
+def _holding(fmt: StackFormat, starts: dict, dense, prefer: str) -> str | None:
+    """The name of a start that ``fmt`` serves as it serves ``dense`` (one whose name holds
+    ``prefer`` first, where a collapse equals it); None where none does or ``fmt`` cannot
+    hold ``dense``."""
+    served = fmt.express(dense)
     if served is None:
         return None
     holding = [
         name
-        for name, dense in starts.items()
-        if (held := fmt.express(dense)) is not None and np.array_equal(held[1:], served[1:])
+        for name, d in starts.items()
+        if (held := fmt.express(d)) is not None and np.array_equal(held[1:], served[1:])
     ]
-    named = [name for name in holding if "sweep" in name]  # where a collapse equals it
+    named = [name for name in holding if prefer in name]
     return (named or holding or [None])[0]
 
 
