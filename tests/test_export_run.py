@@ -373,8 +373,8 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
         obj = json.loads(out.read_text())
         chosen = obj["specrl"]["chosen_by"]
         assert chosen["method"] == "search" and chosen["workloads"] == ["ramp"]
-        incumbent = chosen["incumbent"]  # the engineer's sweep, as specrl compare tunes it
-        assert incumbent in chosen["starts"] and "sweep" in incumbent
+        incumbent = chosen["incumbent"]  # the engineer's sweep or threshold, as compare tunes it
+        assert incumbent in chosen["starts"] and ("sweep" in incumbent or "threshold" in incumbent)
         assert chosen["confirm_seeds"] == list(range(55_000, 55_000 + SEARCH_EPISODES))
         assert chosen["score"] >= chosen["starts"][incumbent]  # never below it on either set
         assert chosen["score_confirm"] >= chosen["starts_confirm"][incumbent]
