@@ -226,8 +226,8 @@ class SurrogateSpecEnv(SpecEnvBase):
                 [level_grid(self._levels[i], f["scale"]) + f["shift"] for i, f in enumerate(fits)]
             )
             self._grid_flat = self._level_grid.ravel()
-            # The AR(1) of specrl.profile.levels.drift over t tokens (0..max_len + 1), tabulated
-            # for the hot path: keep phi^t of z, add sqrt(1 - phi^2t) of fresh noise.
+            # phi per group: the per-token AR(1) of specrl.profile.levels.drift that each
+            # request's level path follows (drawn at reset, _draw_requests).
             self._phi = np.array([f["per_token"] for f in fits])
         else:
             self._level_grid = None

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
-
 from specrl.dataclass_cli import comma_list, optional, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, float_in, positive_int, workload_preset
+from specrl.results import standard_error
 from specrl.seeds import HELD_OUT_SEED
 
 FORMATS = ("vllm", "trtllm", "sglang")
@@ -95,15 +94,6 @@ def _ratio(report, policy: str, reference: str) -> dict:
         "se": standard_error(per),
         "reference": reference,
     }
-
-
-def standard_error(ratios: list[float]) -> float:
-    """The standard error of the mean per-episode log ratio (0 for one episode): a ratio
-    that differs from 1 by much less than this is not measured by these episodes."""
-    if len(ratios) < 2:
-        return 0.0
-    logs = np.log(ratios)
-    return float(logs.std(ddof=1) / np.sqrt(len(logs)))
 
 
 def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None, **search) -> dict:

@@ -26,6 +26,7 @@ import numpy as np
 from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.files import write_json
 from specrl.options import SEED, positive_int, workload_preset
+from specrl.results import standard_error
 from specrl.seeds import HELD_OUT_SEED
 
 
@@ -80,16 +81,15 @@ PAIRS = (("threshold:tuned", "sweep"), ("sweep, K-1", "sweep"), ("K=2", "K=1"))
 def paired(a: list, b: list) -> dict:
     """Ratio of aggregate tokens/s of episodes ``a`` over ``b`` (same seeds, in order), and
     the spread of the per-episode log ratio."""
+    from specrl.policies.engineer import geometric_rate
+
     rate = lambda runs: np.array([r.tokens / r.seconds for r in runs])  # noqa: E731
-    logs = np.log(rate(a) / rate(b))
-    sd = float(logs.std(ddof=1)) if len(logs) > 1 else 0.0
+    se = standard_error(list(rate(a) / rate(b)))
     return {
-        "ratio": sum(r.tokens for r in a)
-        / sum(r.seconds for r in a)
-        / (sum(r.tokens for r in b) / sum(r.seconds for r in b)),
-        "sd": sd,
-        "se": sd / np.sqrt(len(logs)),
-        "spread_alone": float(np.log(rate(b)).std(ddof=1)) if len(logs) > 1 else 0.0,
+        "ratio": geometric_rate([a]) / geometric_rate([b]),
+        "sd": se * np.sqrt(len(a)),
+        "se": se,
+        "spread_alone": float(np.log(rate(b)).std(ddof=1)) if len(b) > 1 else 0.0,
     }
 
 

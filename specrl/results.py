@@ -69,6 +69,15 @@ def engineer(results: list[PolicyResult]) -> PolicyResult | None:
     return max(tuned, key=lambda r: r.tokens_per_s, default=None)
 
 
+def standard_error(ratios: list[float]) -> float:
+    """The standard error of the mean per-episode log ratio (0 for one episode): a ratio
+    that differs from 1 by much less than this is not measured by these episodes."""
+    if len(ratios) < 2:
+        return 0.0
+    logs = np.log(ratios)
+    return float(logs.std(ddof=1) / np.sqrt(len(logs)))
+
+
 def _percentile(values: list[float], q: float) -> float:
     """Linear-interpolation percentile, NaN for no values."""
     return float(np.percentile(values, q)) if values else math.nan
