@@ -29,6 +29,7 @@ SCRIPTS = (
     "table_headroom",
     "row_headroom",
     "paired_spread",
+    "headroom",
 )
 
 
@@ -520,3 +521,88 @@ def test_row_headroom_table_view_modes_take_away_one_piece_each():
     np.testing.assert_array_equal(got_left, full)
     assert got_ctx == last
     assert figure.sum() < survive[0].sum()  # a row near its end lowers the figure
+
+
+def _mid_episode(workload: str = "bursts", steps: int = 120):
+    """A shipped-profile surrogate ``steps`` steps into seed 20,000 under varied Ks."""
+    from specrl.envs import SurrogateSpecEnv
+
+    env = SurrogateSpecEnv(workload=workload)
+    env.reset(seed=20_000)
+    ks = np.random.default_rng(1).integers(0, env.k_max + 1, steps + 200)
+    for k in ks[:steps]:
+        env.step(int(k))
+    return env, [int(k) for k in ks[steps:]]
+
+
+def _play(env, ks) -> list[tuple[int, float, int]]:
+    out = []
+    for k in ks:
+        _, _, done, _, info = env.step(k)
+        out.append((info["committed"], info["step_time_s"], info["accepted"]))
+        if done:
+            break
+    return out
+
+
+def test_headroom_fork_plays_what_the_env_plays_and_leaves_it_alone():
+    module = load("headroom")
+    env, ks = _mid_episode()
+    twin, _ = _mid_episode()
+    forked = _play(module.fork(env), ks[:60])
+    assert forked == _play(twin, ks[:60])  # the episode's own draws
+    assert _play(env, ks[:60]) == forked  # the env untouched by its fork's steps
+
+
+def test_headroom_fresh_fork_draws_its_own_acceptance_on_the_same_levels():
+    module = load("headroom")
+    env, ks = _mid_episode()
+    fresh = module.fork(env, np.random.default_rng(3))
+    own, other = _play(module.fork(env), ks[:60]), _play(fresh, ks[:60])
+    assert [a for _, _, a in own] != [a for _, _, a in other]
+    assert fresh._level_path is env._level_path
+    again = module.fork(env, np.random.default_rng(3))
+    assert _play(again, ks[:60]) == other  # a seed replays
+    assert len({round(s / 1e-9) for _, s, _ in other}) > 1
+
+
+def test_headroom_rollout_seconds_to_a_forks_own_tokens_are_its_steps_seconds():
+    module = load("headroom")
+    env, _ = _mid_episode()
+    k = env.oracle_k()
+    tokens = module.rollout_tokens(module.fork(env), k, 8)
+    replay, seconds = module.fork(env), 0.0
+    action = k
+    for _ in range(8):
+        _, _, _, _, info = replay.step(action)
+        seconds += info["step_time_s"]
+        action = replay.oracle_k()
+    assert module.rollout_seconds(module.fork(env), k, tokens, 32) == pytest.approx(seconds)
+    half = module.rollout_seconds(module.fork(env), k, tokens // 2, 32)
+    assert 0 < half < seconds
+
+
+def test_headroom_clairvoyant_lookahead_chooses_the_k_that_commits_fastest():
+    module = load("headroom")
+    env, _ = _mid_episode()
+    oracle = module.LookaheadOracle(env, horizon=4, clairvoyant=True)
+    base = env.oracle_k()
+    goal = module.rollout_tokens(module.fork(env), base, 4)
+    times = [module.rollout_seconds(module.fork(env), k, goal, 16) for k in range(env.k_max + 1)]
+    chosen, _ = oracle.predict(env._get_obs(), episode_start=np.array([False]))
+    assert int(chosen) == int(np.argmin(times))
+
+
+def test_headroom_script_judges_the_oracles_against_the_engineer(tmp_path):
+    module = load("headroom")
+    out = module.run(
+        module.Args(workloads=("bursts",), episodes=1, horizon=2, samples=1, out=str(tmp_path))
+    )
+    data = json.loads((out / "headroom.json").read_text())
+    (row,) = data["rows"]
+    assert row["engineer"] in ("threshold:tuned", "sweep")
+    for name in ("oracle", "planning lookahead", "clairvoyant lookahead"):
+        assert row[name]["ratio"] > 0.5
+    best = max(row["oracle"]["ratio"], row["planning lookahead"]["ratio"])
+    assert row["headroom"] == pytest.approx(best - 1)
+    assert "clairvoyant lookahead" in (out / "headroom.md").read_text()
