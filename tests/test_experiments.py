@@ -601,8 +601,27 @@ def test_headroom_script_judges_the_oracles_against_the_engineer(tmp_path):
     data = json.loads((out / "headroom.json").read_text())
     (row,) = data["rows"]
     assert row["engineer"] in ("threshold:tuned", "sweep")
-    for name in ("oracle", "planning lookahead", "clairvoyant lookahead"):
+    for name in module.ORACLES:
         assert row[name]["ratio"] > 0.5
-    best = max(row["oracle"]["ratio"], row["planning lookahead"]["ratio"])
+    best = max(row[name]["ratio"] for name in module.ORACLES[:3])
     assert row["headroom"] == pytest.approx(best - 1)
     assert "clairvoyant lookahead" in (out / "headroom.md").read_text()
+
+
+def test_headroom_oracle_and_engineer_is_either_where_its_buckets_say():
+    from specrl.envs import SurrogateSpecEnv, run_episode
+    from specrl.features import BUCKET_LABELS
+    from specrl.policies import BatchThreshold, Oracle
+
+    module = load("headroom")
+    env = SurrogateSpecEnv(workload="bursts")
+    engineer = BatchThreshold(3, 8, env.max_batch)
+    rate = lambda policy: run_episode(env, policy, seed=5).tokens_per_s  # noqa: E731
+    assert rate(module.OracleAndEngineer(env, engineer)) == rate(Oracle(env))
+    everywhere = module.OracleAndEngineer(env, engineer, BUCKET_LABELS)
+    assert rate(everywhere) == rate(engineer)
+    assert rate(module.OracleAndEngineer(env, engineer, ["2-4"])) not in (
+        rate(Oracle(env)),
+        rate(engineer),
+    )
+    assert everywhere.labels() == list(BUCKET_LABELS)
