@@ -1,9 +1,14 @@
-"""How much any controller could gain over the engineer who tunes by hand: two lookahead
-oracles in the surrogate, next to the myopic oracle, the engineer and (``--run``) the run's
-native table.
+"""How much any controller could gain over the engineer who tunes by hand: the myopic
+oracle, the oracle + engineer and two lookahead oracles in the surrogate, beside (``--run``)
+a run's native table.
 
     python experiments/headroom.py                            # shipped profile, 8 episodes
     python experiments/headroom.py --run runs/ppo --episodes 16 --workloads ramp,bursts
+    python experiments/headroom.py --no-lookahead             # the quick oracles alone
+
+The oracle + engineer (:class:`OracleAndEngineer`) is the myopic oracle with the engineer's
+K in the batch buckets where that beats it on tuning seeds: the oracle switches K step by
+step and leaves out of its rate the draft's catch-up a switch costs.
 
 Both lookahead oracles try every K at each step on forks of the surrogate (:func:`fork`),
 each K followed by the myopic oracle, and take the K whose fork first commits the tokens
@@ -23,9 +28,10 @@ requests finish and are admitted together), which the myopic oracle ignores.
   ``SurrogateSpecEnv._draw_requests``): it sees which draft tokens will be accepted and how
   long each step will take. No controller can; this is the loose upper bound.
 
-Both are rollout policies, not proven optima; the headroom is the best of the oracles over
-the engineer. Prints per workload the ratios over the engineer (the better of
-``threshold:tuned`` and ``sweep``) with their standard error over episodes, and writes
+Both are rollout policies, not proven optima. The headroom is the best of the oracles but
+the clairvoyant one over the engineer. Prints per workload the ratios over the engineer
+(the better of ``threshold:tuned`` and ``sweep``) with their standard error over episodes,
+and with ``--run`` the share of the headroom the native table takes; writes
 ``OUT/headroom.json`` and ``OUT/headroom.md``.
 """
 
