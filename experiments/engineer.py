@@ -30,7 +30,6 @@ from typing import Annotated
 from specrl.dataclass_cli import comma_list, optional, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, float_in, positive_int, workload_preset
-from specrl.results import standard_error
 from specrl.seeds import HELD_OUT_SEED
 
 FORMATS = ("vllm", "trtllm", "sglang")
@@ -85,15 +84,7 @@ def _on_every_core(args: Args) -> Path:
 
 
 def _ratio(report, policy: str, reference: str) -> dict:
-    a, b = report.result(policy), report.result(reference)
-    per = report.paired_ratios(policy, reference)
-    return {
-        "ratio": a.tokens_per_s / b.tokens_per_s,
-        "min": min(per),
-        "max": max(per),
-        "se": standard_error(per),
-        "reference": reference,
-    }
+    return report.ratio(policy, reference) | {"reference": reference}
 
 
 def export_all(run_dir: Path, out: Path, table, acceptance, workloads=None, **search) -> dict:

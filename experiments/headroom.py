@@ -51,7 +51,6 @@ from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.files import write_atomic, write_json
 from specrl.options import SEED, positive_int, workload_preset
 from specrl.policies.base import KPolicy
-from specrl.results import standard_error
 from specrl.seeds import HELD_OUT_SEED
 
 
@@ -278,17 +277,6 @@ def _env(args: Args, workload: str):
     return env, None
 
 
-def _ratio(report, policy: str, reference: str) -> dict:
-    a, b = report.result(policy), report.result(reference)
-    per = report.paired_ratios(policy, reference)
-    return {
-        "ratio": a.tokens_per_s / b.tokens_per_s,
-        "se": standard_error(per),
-        "min": min(per),
-        "max": max(per),
-    }
-
-
 ORACLES = ("oracle", "oracle + engineer", "planning lookahead", "clairvoyant lookahead")
 """The oracles judged; the headroom is the best of all but the clairvoyant one."""
 
@@ -322,13 +310,13 @@ def run(args: Args) -> Path:
         print(f"\n{workload}, {args.episodes} held-out episode(s) from seed {args.seed}")
         print(report.format())
         eng = report.engineer.policy
-        row = {"workload": workload, "engineer": eng, "engineer_vs_off": _ratio(report, eng, "off")}
-        row |= {name: _ratio(report, name, eng) for name in ORACLES if report.result(name)}
+        row = {"workload": workload, "engineer": eng, "engineer_vs_off": report.ratio(eng, "off")}
+        row |= {name: report.ratio(name, eng) for name in ORACLES if report.result(name)}
         row["oracle_engineer"] = {"engineer": engineer.name, "buckets": hybrid.labels()}
         row["headroom"] = max(row[name]["ratio"] for name in ORACLES[:3] if name in row) - 1
         if table:
             name = policies[3].name
-            row["native"] = _ratio(report, name, eng)
+            row["native"] = report.ratio(name, eng)
             row["native_share"] = (
                 (row["native"]["ratio"] - 1) / row["headroom"] if row["headroom"] > 0 else None
             )

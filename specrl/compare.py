@@ -24,7 +24,15 @@ from pathlib import Path
 from specrl.errors import SpecrlError
 from specrl.features import bucket_bounds, bucket_labels
 from specrl.files import write_atomic
-from specrl.results import ENGINEER, PolicyResult, best_static, engineer, static_results, summarize
+from specrl.results import (
+    ENGINEER,
+    PolicyResult,
+    best_static,
+    engineer,
+    standard_error,
+    static_results,
+    summarize,
+)
 
 
 @dataclass
@@ -80,6 +88,18 @@ class ComparisonReport:
             missing = policy if a is None else reference
             raise SpecrlError(f"no policy named {missing!r} in this comparison")
         return [x / y for x, y in zip(a.episode_tokens_per_s, b.episode_tokens_per_s) if y > 0]
+
+    def ratio(self, policy: str, reference: str) -> dict:
+        """``policy``'s aggregate tokens/s over ``reference``'s (``ratio``), the standard
+        error of the mean per-episode log ratio (``se``, :func:`specrl.results.
+        standard_error`) and the lowest and highest per-episode ratio (``min``, ``max``)."""
+        per = self.paired_ratios(policy, reference)
+        return {
+            "ratio": self.result(policy).tokens_per_s / self.result(reference).tokens_per_s,
+            "se": standard_error(per),
+            "min": min(per),
+            "max": max(per),
+        }
 
     def to_json(self) -> dict:
         best = self.best_static

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 
 from specrl.compare import compare_policies
@@ -139,6 +140,12 @@ def test_paired_ratios_pair_episodes_on_the_same_trace():
     assert f"B 1: {fewest:.1f}" in report.format().splitlines()[-1]
     with pytest.raises(SpecrlError, match="'K=9'"):
         report.paired_ratios("K=9", "off")
+    summary = report.ratio("K=2", "off")
+    assert summary["ratio"] == k2.tokens_per_s / off.tokens_per_s
+    assert (summary["min"], summary["max"]) == (min(ratios), max(ratios))
+    assert summary["se"] == pytest.approx(np.log(ratios).std(ddof=1) / np.sqrt(3))
+    with pytest.raises(SpecrlError, match="'K=9'"):
+        report.ratio("off", "K=9")
 
 
 def test_cli_writes_json_and_csv(tmp_path, capsys):

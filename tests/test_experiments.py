@@ -281,11 +281,21 @@ def test_draft_size_script_compares_two_drafts_of_one_target(tmp_path, capsys):
 
 
 def test_engineer_script_gives_each_ratio_its_standard_error():
+    from types import SimpleNamespace
+
+    from specrl.results import standard_error
+
     engineer = load("engineer")
     ratios = [1.02, 0.99, 1.00, 1.01]
     logs = np.log(ratios)
-    assert engineer.standard_error(ratios) == pytest.approx(logs.std(ddof=1) / 2)
-    assert engineer.standard_error([1.03]) == 0.0
+    assert standard_error(ratios) == pytest.approx(logs.std(ddof=1) / 2)
+    assert standard_error([1.03]) == 0.0
+    report = SimpleNamespace(ratio=lambda a, b: {"ratio": 1.01, "se": 0.002})
+    assert engineer._ratio(report, "native", "sweep") == {
+        "ratio": 1.01,
+        "se": 0.002,
+        "reference": "sweep",
+    }
 
 
 @pytest.mark.slow  # about 11 s: a training run, then every export searched
