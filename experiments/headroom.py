@@ -42,6 +42,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Annotated
 
@@ -92,13 +93,14 @@ ROW_STATE = ("_ctx", "_left", "_group", "_level", "_index", "_generated", "_lag"
 """The surrogate's per-row arrays: copied into a fork (its tables and trace are shared)."""
 
 
-def fork(env, rng: np.random.Generator | None = None):
+def fork(env, rng: np.random.Generator | None = None, uniform: np.ndarray | None = None):
     """A copy of the surrogate ``env`` (unwrapped, mid-episode) that steps on its own: the
     rows, queue, clock and acceptance tracker copied, the tables and the trace shared.
 
     ``rng`` None: the fork keeps the episode's draws (each position's acceptance uniform and
     the step-time noise to come), so it plays exactly what the env would under the same Ks.
-    Otherwise the fork draws them afresh from ``rng``; each request's level path is kept.
+    Otherwise the fork draws them afresh from ``rng`` (the acceptance uniforms first, unless
+    ``uniform`` holds them already, drawn so); each request's level path is kept.
     The fork's observation carries no per-request acceptance estimate (nothing reads it)."""
     sim = copy.copy(env)
     for name in ROW_STATE:
@@ -113,42 +115,44 @@ def fork(env, rng: np.random.Generator | None = None):
     if rng is None:
         sim._time_rng = copy.deepcopy(env._time_rng)
     else:
+        sim._uniform = rng.random(env._uniform.shape) if uniform is None else uniform
         sim._time_rng = rng
-        sim._uniform = rng.random(env._uniform.shape)
         sim._sigma = np.zeros_like(env._sigma)  # the steps' median seconds
     return sim
 
 
-def rollout_tokens(sim, k: int, horizon: int) -> int:
-    """Play K=``k`` then the myopic oracle on ``sim`` for ``horizon`` steps at most (fewer
-    where the episode ends): the tokens committed."""
-    tokens, action = 0, k
-    for _ in range(horizon):
+def rollout(sim, k: int):
+    """Play K=``k``, then the myopic oracle, on ``sim`` until its episode ends: per step the
+    tokens committed, the seconds taken and whether the episode ended there."""
+    action = k
+    while True:
         _, _, terminated, truncated, info = sim.step(action)
-        tokens += info["committed"]
-        if terminated or truncated:
-            break
+        ended = terminated or truncated
+        yield info["committed"], info["step_time_s"], ended
+        if ended:
+            return
         action = sim.oracle_k()
-    return tokens
+
+
+def rollout_tokens(sim, k: int, horizon: int) -> int:
+    """The tokens :func:`rollout` commits in ``horizon`` steps at most (fewer where the
+    episode ends)."""
+    return sum(got for got, _, _ in islice(rollout(sim, k), horizon))
 
 
 def rollout_seconds(sim, k: int, tokens: int, max_steps: int) -> float:
-    """Play K=``k`` then the myopic oracle on ``sim`` until it has committed ``tokens``
-    tokens, the episode ends or ``max_steps`` steps are played: the serving seconds taken,
-    the last step's counted in proportion to the tokens it needed (a step past ``max_steps``
-    charges the rest at the rollout's own rate)."""
+    """The serving seconds :func:`rollout` takes to commit ``tokens`` tokens, the last
+    step's counted in proportion to the tokens it needed; where the episode ends first, its
+    seconds; past ``max_steps`` steps, the rest charged at the rollout's own rate."""
     if tokens <= 0:
         return 0.0
-    done, seconds, action = 0, 0.0, k
-    for _ in range(max_steps):
-        _, _, terminated, truncated, info = sim.step(action)
-        got, took = info["committed"], info["step_time_s"]
+    done, seconds = 0, 0.0
+    for got, took, ended in islice(rollout(sim, k), max_steps):
         if done + got >= tokens:
             return seconds + took * (tokens - done) / got
         done, seconds = done + got, seconds + took
-        if terminated or truncated:
+        if ended:
             return seconds
-        action = sim.oracle_k()
     return seconds * tokens / done if done else float("inf")
 
 
@@ -169,9 +173,16 @@ class LookaheadOracle(KPolicy):
         self.name = "clairvoyant lookahead" if clairvoyant else "planning lookahead"
         self._seeds = np.random.default_rng(0)
 
-    def _fork(self, seed: int | None):
-        """A fork of the env: its own draws (``seed`` None) or fresh ones from ``seed``."""
-        return fork(self.env, None if seed is None else np.random.default_rng(seed))
+    def _forks(self, seed: int | None):
+        """Forks of the env, one per call of the function returned: each with the episode's
+        own draws (``seed`` None) or all with the same fresh ones from ``seed`` (the
+        acceptance uniforms drawn once and shared, read-only)."""
+        env = self.env
+        if seed is None:
+            return lambda: fork(env)
+        rng = np.random.default_rng(seed)
+        uniform = rng.random(env._uniform.shape)
+        return lambda: fork(env, copy.deepcopy(rng), uniform)
 
     def _act(self, rows, starts):
         env = self.env
@@ -184,9 +195,10 @@ class LookaheadOracle(KPolicy):
         seconds = np.zeros(env.k_max + 1)
         for _ in range(self.samples):
             seed = None if self.clairvoyant else int(self._seeds.integers(2**63))
-            goal = rollout_tokens(self._fork(seed), base, self.horizon)
+            sim = self._forks(seed)
+            goal = rollout_tokens(sim(), base, self.horizon)
             for k in range(env.k_max + 1):
-                seconds[k] += rollout_seconds(self._fork(seed), k, goal, 4 * self.horizon)
+                seconds[k] += rollout_seconds(sim(), k, goal, 4 * self.horizon)
         return [int(np.argmin(seconds))]
 
 
@@ -222,14 +234,28 @@ TUNE_EPISODES = 4
 def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
     """Bucket by bucket from one row up, the engineer takes the bucket where that raises
     tokens/s on :data:`TUNE_EPISODES` tuning seeds of ``env``'s workload; the buckets it
-    took are on ``.buckets``, its tuning seeds on ``.tuning_seeds``."""
+    took are on ``.buckets``, how they were chosen on ``.tuning`` (so a comparison refuses
+    to judge it on its tuning seeds, as it refuses the engineer's)."""
     from specrl.features import BUCKET_LABELS
-    from specrl.policies.engineer import Scorer, geometric_rate, tuning_env, tuning_seeds
+    from specrl.policies.engineer import (
+        Scorer,
+        Tuning,
+        geometric_rate,
+        tuning_env,
+        tuning_seeds,
+        workload_name,
+    )
 
-    scorer = Scorer([tuning_env(env)], tuning_seeds(TUNE_EPISODES))
+    start = time.perf_counter()
+    surrogate = tuning_env(env)
+    scorer = Scorer([surrogate], tuning_seeds(TUNE_EPISODES))
+    scores: dict[str, float] = {}
 
-    def rate(buckets) -> float:
-        return geometric_rate(scorer.play_policy(lambda e: OracleAndEngineer(e, engineer, buckets)))
+    def rate(buckets: frozenset[str]) -> float:
+        policy_for = lambda e: OracleAndEngineer(e, engineer, buckets)  # noqa: E731
+        score = geometric_rate(scorer.play_policy(policy_for))
+        scores[", ".join(policy_for(env).labels()) or "none"] = score
+        return score
 
     buckets: frozenset[str] = frozenset()
     best = rate(buckets)
@@ -238,7 +264,17 @@ def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
         if score > best:
             buckets, best = buckets | {label}, score
     policy = OracleAndEngineer(env, engineer, buckets)
-    policy.tuning_seeds = scorer.seeds
+    policy.tuning = Tuning(
+        method="oracle + engineer",
+        chosen=f"the {engineer.name} in buckets {', '.join(policy.labels()) or 'none'}",
+        workloads=[workload_name(surrogate)],
+        seeds=scorer.seeds,
+        episodes=scorer.episodes,
+        surrogate_s=scorer.surrogate_s,
+        wall_s=time.perf_counter() - start,
+        tokens_per_s=best,
+        scores=scores,
+    )
     return policy
 
 

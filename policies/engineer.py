@@ -47,7 +47,8 @@ class Tuning:
     """How a tuned schedule was chosen."""
 
     method: str
-    """``"threshold"``, ``"sweep"`` or ``"sweep:trtllm"``."""
+    """``"threshold"``, ``"sweep"`` or ``"sweep:trtllm"`` (``experiments/headroom.py``:
+    ``"oracle + engineer"``)."""
     chosen: str
     """The schedule in words, e.g. ``"K=2 up to B=16, off above"``."""
     workloads: list[str]

@@ -635,3 +635,19 @@ def test_headroom_oracle_and_engineer_is_either_where_its_buckets_say():
         rate(engineer),
     )
     assert everywhere.labels() == list(BUCKET_LABELS)
+
+
+def test_headroom_oracle_and_engineer_is_tuned_on_seeds_a_comparison_refuses():
+    from specrl.compare import compare_policies
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies import BatchThreshold
+    from specrl.seeds import TUNE_SEED
+
+    module = load("headroom")
+    env = SurrogateSpecEnv(workload="bursts", workload_kwargs={"peak": 16}, max_batch=16)
+    hybrid = module.tune_oracle_and_engineer(env, BatchThreshold(3, 8, env.max_batch))
+    assert hybrid.tuning.seeds == list(range(TUNE_SEED, TUNE_SEED + module.TUNE_EPISODES))
+    assert hybrid.tuning.scores["none"] <= hybrid.tuning.tokens_per_s
+    assert len(hybrid.tuning.scores) == 8  # none, then each bucket tried in turn
+    with pytest.raises(SpecrlError, match="tuned on seeds"):
+        compare_policies(env, [hybrid], seed=TUNE_SEED + 1, episodes=1, progress=False)
