@@ -18,6 +18,20 @@ the very episodes it is judged on, and whether that survives fresh episodes.
 Prints each step; the oracle reads every request's true acceptance, which a table's
 observation (the batch's acceptance estimate) does not carry; experiments/row_headroom.py
 measures what each request's own accepted runs carry.
+
+With ``--batch-only``, the same for the class of the stacks' exports (vLLM's ranges, SGLang's
+keys): one K per batch bucket, at every acceptance.
+
+1. The engineer: the better on the held-out seeds of ``threshold:tuned`` and ``sweep``,
+   each tuned on the workload's tuning seeds, as ``specrl compare`` judges them.
+2. In sample: from the engineer's schedule, bucket by bucket
+   (:func:`specrl.train.search.search_buckets`), every K of ``0..k_max``; the best is kept
+   where it gains at all, pass after pass (at most :data:`BATCH_PASSES`) until none gains.
+3. Out of sample: that schedule, the engineer (the better of the two again, on the fresh
+   seeds) and each ``--schedule`` file (an export of any stack), on the fresh seeds.
+
+If even the schedule chosen on the judged episodes gains little over the engineer, no
+export searched on other episodes can gain more than that on them: the class's headroom.
 """
 
 from __future__ import annotations
@@ -26,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated
 
-from specrl.dataclass_cli import script_main, value
+from specrl.dataclass_cli import comma_list, script_main, value
 from specrl.options import SEED, positive_int, workload_preset
 from specrl.seeds import HELD_OUT_SEED
 
@@ -36,6 +50,8 @@ CUTS = tuple(round(0.3 + 0.1 * i, 1) for i in range(7))
 """The acceptances a bucket's rows may be split at (0.3-0.9)."""
 MAX_STEP = 2
 """The higher K of a split is at most this much above the lower."""
+BATCH_PASSES = 4
+"""Passes over the buckets at most, with ``--batch-only``."""
 FRESH_SEED = 60_000
 """Seeds no job of specrl.seeds uses."""
 
@@ -56,6 +72,11 @@ class Args:
     """First of the fresh seeds the chosen table is judged on again."""
     fresh_episodes: Annotated[int, value(positive_int)] = 8
     """Fresh episodes."""
+    batch_only: bool = False
+    """Search the stacks' class (one K per batch bucket), not batch x acceptance tables."""
+    schedule: Annotated[tuple[str, ...], comma_list(str)] = ()
+    """With ``--batch-only``: stack schedule files (``specrl export --format vllm``,
+    ``trtllm`` or ``sglang``) judged beside it on both sets of seeds."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +88,7 @@ def _on_every_core(args: Args) -> dict:
     from specrl.policies.episode_pool import parallel_episodes
 
     with shared_episodes(), parallel_episodes():
-        return run(args)
+        return batch_only(args) if args.batch_only else run(args)
 
 
 def run(args: Args) -> dict:
@@ -142,6 +163,89 @@ def run(args: Args) -> dict:
         "fresh": f_table / f_engineer,
         "oracle_fresh": f_oracle / f_engineer,
         "kept": kept,
+    }
+
+
+def batch_only(args: Args) -> dict:
+    """The ``--batch-only`` steps (see the module)."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies.engineer import (
+        Scorer,
+        best_sweep,
+        best_threshold,
+        sweep_dense,
+        threshold_dense,
+        tuning_seeds,
+    )
+    from specrl.policies.schedule import BatchSchedule
+    from specrl.train.search import search_buckets
+
+    env = SurrogateSpecEnv(
+        workload=args.workload,
+        workload_kwargs={"peak": args.max_batch},
+        max_batch=args.max_batch,
+        **({"profile": args.profile} if args.profile else {}),
+    )
+    k_max, top = env.k_max, args.max_batch
+    held = Scorer([env], list(range(args.seed, args.seed + args.episodes)))
+    fresh = Scorer([env], list(range(args.fresh_seed, args.fresh_seed + args.fresh_episodes)))
+    tuning = Scorer([env], tuning_seeds())
+    k, b, _ = best_threshold(tuning, k_max, top)
+    bucket_k, _ = best_sweep(tuning, k_max, top)
+    engineers = {
+        f"threshold:tuned (K={k} up to {b})": threshold_dense(k, b, top),
+        f"sweep ({_words(bucket_k)})": sweep_dense(bucket_k, top),
+    }
+    files = {
+        path: BatchSchedule.from_file(path, max_batch=top, k_max=k_max).table[:, 0].copy()
+        for path in args.schedule
+    }
+    held.prefetch([*engineers.values(), *files.values()])
+    name = max(engineers, key=lambda n: held.score(engineers[n]))
+    engineer = held.score(engineers[name])
+    print(
+        f"{args.workload}: the engineer is {name}, {engineer:.1f} tokens/s on seeds "
+        f"{held.seeds[0]}-{held.seeds[-1]}",
+        flush=True,
+    )
+    dense, score, kept = engineers[name].copy(), engineer, []
+    for _ in range(BATCH_PASSES):
+        changed = False
+        for lo, hi in search_buckets(top):
+            trials = []
+            for k in range(k_max + 1):
+                trial = dense.copy()
+                trial[lo : hi + 1] = k
+                if not (trial == dense).all():
+                    trials.append(trial)
+            held.prefetch(trials)
+            best = max(trials, key=held.score)
+            if held.score(best) > score:
+                dense, score, changed = best, held.score(best), True
+                kept.append(f"B {lo}-{hi}: K={int(best[lo])}")
+                print(f"  in sample, B {lo}-{hi}: K={int(best[lo])} -> {score / engineer:.4f}x")
+        if not changed:
+            break
+    fresh.prefetch([dense, *engineers.values(), *files.values()])
+    f_engineer = max(fresh.score(d) for d in engineers.values())
+    ratios = {
+        "searched in sample": (score / engineer, fresh.score(dense) / f_engineer),
+        **{
+            path: (held.score(d) / engineer, fresh.score(d) / f_engineer)
+            for path, d in files.items()
+        },
+    }
+    print(
+        f"over the engineer, on seeds {held.seeds[0]}-{held.seeds[-1]} and on fresh seeds "
+        f"{fresh.seeds[0]}-{fresh.seeds[-1]}:"
+    )
+    for label, (inside, outside) in ratios.items():
+        print(f"  {label}: {inside:.4f}x, {outside:.4f}x")
+    return {
+        "engineer": name,
+        "schedule": [int(x) for x in dense],
+        "kept": kept,
+        "ratios": {label: list(r) for label, r in ratios.items()},
     }
 
 

@@ -388,6 +388,42 @@ def test_table_headroom_splits_a_buckets_rows_at_one_acceptance():
     assert (trial.stale == grid.stale).all()
 
 
+def test_table_headroom_batch_only_reports_what_each_schedule_scores(tmp_path):
+    """--batch-only: the searched schedule's and a schedule file's ratios are their tokens/s
+    over the engineer's (the better of threshold:tuned and sweep) on the same seeds, scored
+    here independently; the search starts from the engineer and keeps only gains."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies.engineer import (
+        Scorer,
+        geometric_rate,
+        shared_episodes,
+        tune_sweep,
+        tune_threshold,
+    )
+
+    module = load("table_headroom")
+    off = tmp_path / "off.json"
+    off.write_text(json.dumps({"num_speculative_tokens_per_batch_size": [[1, 16, 0]]}))
+    argv = ["--batch-only", "--workload", "bursts", "--max-batch", "16", "--episodes", "1"]
+    argv += ["--fresh-episodes", "1", "--schedule", str(off)]
+    with shared_episodes():
+        result = module.batch_only(parse(module.Args, argv))
+        env = SurrogateSpecEnv(workload="bursts", workload_kwargs={"peak": 16}, max_batch=16)
+        engineers = [tune_threshold(env), tune_sweep(env)]
+        for seed, (label, column) in zip((20_000, 60_000), enumerate(("in", "fresh"))):
+            scorer = Scorer([env], [seed])
+            engineer = max(geometric_rate(scorer.play_policy(lambda e, p=p: p)) for p in engineers)
+            searched = scorer.score(np.array(result["schedule"]))
+            assert result["ratios"]["searched in sample"][label] == pytest.approx(
+                searched / engineer
+            ), column
+            assert result["ratios"][str(off)][label] == pytest.approx(
+                scorer.score(np.zeros(17, dtype=int)) / engineer
+            ), column
+    assert result["ratios"]["searched in sample"][0] >= 1.0
+    assert len(result["schedule"]) == 17
+
+
 def test_row_headroom_likelihood_is_a_distribution_over_accepted_runs():
     """A row that drafts 3 tokens accepts 0, 1, 2 or 3 of them: the four probabilities, worked
     out by hand from the per-position rates, sum to 1 per candidate."""
