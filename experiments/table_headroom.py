@@ -92,7 +92,6 @@ def _on_every_core(args: Args) -> dict:
 
 
 def run(args: Args) -> dict:
-    from specrl.envs import SurrogateSpecEnv
     from specrl.features import STALE_STEPS
     from specrl.policies import make_policy
     from specrl.policies.engineer import (
@@ -107,15 +106,8 @@ def run(args: Args) -> dict:
     from specrl.train.table_search import TableGrid
     from specrl.train.to_table import ACCEPTANCE_EDGES
 
-    env = SurrogateSpecEnv(
-        workload=args.workload,
-        workload_kwargs={"peak": args.max_batch},
-        max_batch=args.max_batch,
-        **({"profile": args.profile} if args.profile else {}),
-    )
+    env, held, fresh = _judges(args)
     k_max = env.k_max
-    held = Scorer([env], list(range(args.seed, args.seed + args.episodes)))
-    fresh = Scorer([env], list(range(args.fresh_seed, args.fresh_seed + args.fresh_episodes)))
     bucket_k, _ = best_sweep(Scorer([env], tuning_seeds()), k_max, args.max_batch)
     sweep = sweep_dense(bucket_k, args.max_batch)
     template = table_from_policy(
@@ -166,9 +158,25 @@ def run(args: Args) -> dict:
     }
 
 
+def _judges(args: Args):
+    """The surrogate env of ``args``' workload and profile, and its scorers on the held-out
+    and on the fresh seeds: ``(env, held, fresh)``."""
+    from specrl.envs import SurrogateSpecEnv
+    from specrl.policies.engineer import Scorer
+
+    env = SurrogateSpecEnv(
+        workload=args.workload,
+        workload_kwargs={"peak": args.max_batch},
+        max_batch=args.max_batch,
+        **({"profile": args.profile} if args.profile else {}),
+    )
+    held = Scorer([env], list(range(args.seed, args.seed + args.episodes)))
+    fresh = Scorer([env], list(range(args.fresh_seed, args.fresh_seed + args.fresh_episodes)))
+    return env, held, fresh
+
+
 def batch_only(args: Args) -> dict:
     """The ``--batch-only`` steps (see the module)."""
-    from specrl.envs import SurrogateSpecEnv
     from specrl.policies.engineer import (
         Scorer,
         best_sweep,
@@ -180,15 +188,8 @@ def batch_only(args: Args) -> dict:
     from specrl.policies.schedule import BatchSchedule
     from specrl.train.search import search_buckets
 
-    env = SurrogateSpecEnv(
-        workload=args.workload,
-        workload_kwargs={"peak": args.max_batch},
-        max_batch=args.max_batch,
-        **({"profile": args.profile} if args.profile else {}),
-    )
+    env, held, fresh = _judges(args)
     k_max, top = env.k_max, args.max_batch
-    held = Scorer([env], list(range(args.seed, args.seed + args.episodes)))
-    fresh = Scorer([env], list(range(args.fresh_seed, args.fresh_seed + args.fresh_episodes)))
     tuning = Scorer([env], tuning_seeds())
     k, b, _ = best_threshold(tuning, k_max, top)
     bucket_k, _ = best_sweep(tuning, k_max, top)
