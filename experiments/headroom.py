@@ -243,7 +243,6 @@ def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
         geometric_rate,
         tuning_env,
         tuning_seeds,
-        workload_name,
     )
 
     start = time.perf_counter()
@@ -264,14 +263,11 @@ def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
         if score > best:
             buckets, best = buckets | {label}, score
     policy = OracleAndEngineer(env, engineer, buckets)
-    policy.tuning = Tuning(
-        method="oracle + engineer",
-        chosen=f"the {engineer.name} in buckets {', '.join(policy.labels()) or 'none'}",
-        workloads=[workload_name(surrogate)],
-        seeds=scorer.seeds,
-        episodes=scorer.episodes,
-        surrogate_s=scorer.surrogate_s,
-        wall_s=time.perf_counter() - start,
+    policy.tuning = Tuning.played(
+        "oracle + engineer",
+        f"the {engineer.name} in buckets {', '.join(policy.labels()) or 'none'}",
+        scorer,
+        start,
         tokens_per_s=best,
         scores=scores,
     )

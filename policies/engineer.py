@@ -63,6 +63,31 @@ class Tuning:
     scores: dict[str, float] = field(default_factory=dict)
     """Every candidate's tokens/s on the tuning episodes."""
 
+    @classmethod
+    def played(
+        cls,
+        method: str,
+        chosen: str,
+        scorer: Scorer,
+        start: float,
+        tokens_per_s: float,
+        scores: dict[str, float],
+    ) -> Tuning:
+        """How a schedule was chosen on ``scorer``'s one tuning env and seeds, with what
+        ``scorer`` has played so far and the wall time since ``start``
+        (:func:`time.perf_counter`)."""
+        return cls(
+            method=method,
+            chosen=chosen,
+            workloads=[workload_name(env) for env in scorer.envs],
+            seeds=scorer.seeds,
+            episodes=scorer.episodes,
+            surrogate_s=scorer.surrogate_s,
+            wall_s=time.perf_counter() - start,
+            tokens_per_s=tokens_per_s,
+            scores=scores,
+        )
+
     def describe(self) -> str:
         seeds = f"{self.seeds[0]}" if len(self.seeds) == 1 else f"{self.seeds[0]}-{self.seeds[-1]}"
         return (
@@ -370,14 +395,11 @@ def tune_threshold(env, *, profile=None, seeds: list[int] | None = None) -> Batc
     k, b, scores = best_threshold(scorer, surrogate.k_max, max_batch)
     policy = BatchThreshold(k, b, max_batch)
     policy.name = "threshold:tuned"
-    policy.tuning = Tuning(
-        method="threshold",
-        chosen=f"K={k} up to B={b}, off above" if b < max_batch else f"K={k} at every batch",
-        workloads=[workload_name(surrogate)],
-        seeds=scorer.seeds,
-        episodes=scorer.episodes,
-        surrogate_s=scorer.surrogate_s,
-        wall_s=time.perf_counter() - start,
+    policy.tuning = Tuning.played(
+        "threshold",
+        f"K={k} up to B={b}, off above" if b < max_batch else f"K={k} at every batch",
+        scorer,
+        start,
         tokens_per_s=scores[k, b],
         scores={f"K={kk} B<={bb}": v for (kk, bb), v in scores.items()},
     )
@@ -454,14 +476,11 @@ def tune_sweep(env, *, profile=None, seeds: list[int] | None = None) -> BatchSch
         where = ", ".join(f"{lo}-{hi}" for lo, hi in unreached)
         chosen += f" (unreached, from neighbours: {where})"
     own = scorer.score(dense)  # played before the cost is counted
-    policy.tuning = Tuning(
-        method="sweep",
-        chosen=chosen,
-        workloads=[workload_name(surrogate)],
-        seeds=scorer.seeds,
-        episodes=scorer.episodes,
-        surrogate_s=scorer.surrogate_s,
-        wall_s=time.perf_counter() - start,
+    policy.tuning = Tuning.played(
+        "sweep",
+        chosen,
+        scorer,
+        start,
         tokens_per_s=own,
         scores={f"K={k}": scorer.score(np.full(max_batch + 1, k)) for k in range(k_max + 1)},
     )
@@ -506,14 +525,11 @@ def tune_sweep_trtllm(env, *, profile=None, seeds: list[int] | None = None) -> B
     bucket_k, _ = best_sweep(scorer, k_max, max_batch)
     best, dense, scores = best_trtllm_nudge(scorer, sweep_dense(bucket_k, max_batch))
     policy = BatchSchedule(dense, max_batch=max_batch, k_max=k_max, name="sweep:trtllm")
-    policy.tuning = Tuning(
-        method="sweep:trtllm",
-        chosen="per batch " + str(vllm_entries(dense)) + (f" (the sweep {best})" if best else ""),
-        workloads=[workload_name(surrogate)],
-        seeds=scorer.seeds,
-        episodes=scorer.episodes,
-        surrogate_s=scorer.surrogate_s,
-        wall_s=time.perf_counter() - start,
+    policy.tuning = Tuning.played(
+        "sweep:trtllm",
+        "per batch " + str(vllm_entries(dense)) + (f" (the sweep {best})" if best else ""),
+        scorer,
+        start,
         tokens_per_s=scores[best],
         scores={name or "as swept": v for name, v in scores.items()},
     )
