@@ -20,18 +20,20 @@ training seed. :func:`best_table` searches batch x acceptance tables from it:
    not hold on other episodes is not kept. Up to :data:`MAX_PASSES` passes.
 3. **The learned table searched too.** When the search started from an engineer's schedule,
    a second local search starts from the learned table: one that gains on some workloads
-   and loses on others has its losing rows replaced there. Its result replaces the first's
-   only if it scores at least :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on both
-   sets of seeds.
+   and loses on others has its losing rows replaced there. PPO is the learner: its result
+   replaces the first's wherever it is at least the engineer's sweep on both sets of seeds
+   and the first's does not score :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on
+   both. Two searches level on a few seeds per workload differ held-out by more than the
+   seeds tell apart, and of the two the learned table's is the one the learner chose.
 
 The score is the stack search's (:class:`~specrl.train.search.VersusEngineer`: tokens/s over
 each workload's own engineer, the worst workload weighing half), here the mean of its values on
 the tuning and on the confirmation seeds; the engineers are tuned on the tuning seeds and
 judged as they are on the confirmation seeds. Each move kept gains on both, and the second
-search replaces the first only where it gains on both, so the result is never below the
-engineer's sweep on either set of seeds, nor below any start that beat the sweep on both; a
-start within the seeds' noise of the sweep (the learned table, as often as not) contributes
-the rows that gain, bucket by bucket, through the moves. The table keeps the learned table's
+search replaces the first only where it is at least the sweep on both, so the result is never
+below the engineer's sweep on either set of seeds; a start within the seeds' noise of the
+sweep (the learned table, as often as not) contributes the rows that gain, bucket by bucket,
+through the moves. The table keeps the learned table's
 acceptance bins and probe rule; its batch buckets are the runs of equal rows.
 """
 
@@ -166,7 +168,8 @@ class TableSearchResult:
     """The score on either set of seeds, in words (``VersusEngineer.objective``)."""
     rival: dict | None = None
     """The local search from the learned table, run beside the one from an engineer's start:
-    ``{"score", "by_seeds": [tuning, confirmation], "moves", "kept"}``; None when the search
+    ``{"score", "by_seeds": [tuning, confirmation], "moves", "kept", "other_by_seeds"}``
+    (``other_by_seeds``: the other search's result on both sets); None when the search
     started from the learned table."""
 
     def to_json(self) -> dict:
@@ -209,7 +212,8 @@ class TableSearchResult:
             lines.append(
                 f"  searched from the learned table too ({r['moves']} moves kept): score "
                 f"{r['score']:.4f} ({r['by_seeds'][0]:.4f} tuning, {r['by_seeds'][1]:.4f} "
-                f"confirmation): {'kept' if r['kept'] else 'not kept'}"
+                f"confirmation; the engineer's start's search {r['other_by_seeds'][0]:.4f}, "
+                f"{r['other_by_seeds'][1]:.4f}): {'kept' if r['kept'] else 'not kept'}"
             )
         if self.ratios:
             lines.append(
@@ -283,12 +287,19 @@ def best_table(
     rival = None
     if start != "learned table":
         # The learned table may lose to the sweep on a few workloads and gain on others:
-        # searched from, its losing rows can be replaced where they lose. Kept only where it
-        # then beats the other search's result on both sets of seeds, as a move must.
+        # searched from, its losing rows are replaced where they lose. PPO is the learner:
+        # its search is kept wherever it is at least the engineer's sweep on both sets of
+        # seeds and the other search's result does not beat it by a move's gain on both.
         grid_l, score_l, moves_l = _local_search(learned.copy(), both, sweep, learned, progress)
         ours, theirs = both.split(grid_l.table()), both.split(grid.table())
-        kept = all(o >= t * (1 + MIN_MOVE_GAIN) for o, t in zip(ours, theirs))
-        rival = {"score": score_l, "by_seeds": list(ours), "moves": len(moves_l), "kept": kept}
+        kept = learner_kept(ours, theirs, sweep_scores)
+        rival = {
+            "score": score_l,
+            "by_seeds": list(ours),
+            "moves": len(moves_l),
+            "kept": kept,
+            "other_by_seeds": list(theirs),
+        }
         if kept:
             grid, score, moves, start = grid_l, score_l, moves_l, "learned table"
     chosen = grid.table()
@@ -319,6 +330,16 @@ def best_table(
         engineers=tune.engineer_methods(),
         objective=tune.objective,
         rival=rival,
+    )
+
+
+def learner_kept(ours, theirs, sweep) -> bool:
+    """Whether the search from the learned table (``ours``: its scores on the tuning and the
+    confirmation seeds) is kept over the search from an engineer's start (``theirs``): it is
+    at least the engineer's sweep (``sweep``) on both sets, and ``theirs`` does not score
+    :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on both."""
+    return all(o >= s for o, s in zip(ours, sweep, strict=True)) and not all(
+        t >= o * (1 + MIN_MOVE_GAIN) for o, t in zip(ours, theirs, strict=True)
     )
 
 
