@@ -548,6 +548,12 @@ def _better(incumbent, scores: dict, again: dict) -> str | None:
     return max(named, key=lambda n: scores[n] + again[n], default=None)
 
 
+def gains_on_both(new, old) -> bool:
+    """Whether ``new`` (scores on the tuning and on the confirmation seeds) is at least
+    :data:`MIN_MOVE_GAIN` higher than ``old`` on both sets: what replacing a schedule takes."""
+    return all(n >= o * (1 + MIN_MOVE_GAIN) for n, o in zip(new, old, strict=True))
+
+
 def _replacing(incumbent: str, scores: dict, again: dict) -> str:
     """The start the search begins from: ``incumbent``, unless another scores at least
     :data:`MIN_MOVE_GAIN` higher on the tuning seeds (``scores``) and on the confirmation
@@ -555,8 +561,7 @@ def _replacing(incumbent: str, scores: dict, again: dict) -> str:
     qualified = [
         name
         for name in scores
-        if scores[name] >= scores[incumbent] * (1 + MIN_MOVE_GAIN)
-        and again[name] >= again[incumbent] * (1 + MIN_MOVE_GAIN)
+        if gains_on_both((scores[name], again[name]), (scores[incumbent], again[incumbent]))
     ]
     if not qualified:
         return incumbent

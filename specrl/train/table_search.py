@@ -33,8 +33,8 @@ judged as they are on the confirmation seeds. Each move kept gains on both, and 
 search replaces the first only where it is at least the sweep on both, so the result is never
 below the engineer's sweep on either set of seeds; a start within the seeds' noise of the
 sweep (the learned table, as often as not) contributes the rows that gain, bucket by bucket,
-through the moves. The table keeps the learned table's
-acceptance bins and probe rule; its batch buckets are the runs of equal rows.
+through the moves. The table keeps the learned table's acceptance bins and probe rule; its
+batch buckets are the runs of equal rows.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from specrl.train.search import (
     NATIVE_EPISODES,
     WORST_WEIGHT,
     VersusEngineer,
+    gains_on_both,
     own_start_name,
     relative_objective,
     search_buckets,
@@ -275,12 +276,7 @@ def best_table(
     # The engineer's sweep is the incumbent; another start replaces it only where it gains
     # on both sets of seeds, as a move must.
     sweep_scores = by_seeds[INCUMBENT]
-    qualified = [
-        name
-        for name, (on_tune, on_confirm) in by_seeds.items()
-        if on_tune >= sweep_scores[0] * (1 + MIN_MOVE_GAIN)
-        and on_confirm >= sweep_scores[1] * (1 + MIN_MOVE_GAIN)
-    ]
+    qualified = [name for name, pair in by_seeds.items() if gains_on_both(pair, sweep_scores)]
     start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
     learned = starts["learned table"]
     grid, score, moves = _local_search(starts[start].copy(), both, sweep, learned, progress)
@@ -338,9 +334,7 @@ def learner_kept(ours, theirs, sweep) -> bool:
     confirmation seeds) is kept over the search from an engineer's start (``theirs``): it is
     at least the engineer's sweep (``sweep``) on both sets, and ``theirs`` does not score
     :data:`~specrl.train.search.MIN_MOVE_GAIN` higher on both."""
-    return all(o >= s for o, s in zip(ours, sweep, strict=True)) and not all(
-        t >= o * (1 + MIN_MOVE_GAIN) for o, t in zip(ours, theirs, strict=True)
-    )
+    return all(o >= s for o, s in zip(ours, sweep, strict=True)) and not gains_on_both(theirs, ours)
 
 
 class _Both:
