@@ -67,10 +67,6 @@ class Args:
     native_episodes: Annotated[int | None, optional(positive_int)] = None
     """The native search's tuning (and confirmation) episodes per table and workload
     (``specrl.train.search.NATIVE_EPISODES`` when not given)."""
-    native_workload_gain: Annotated[float | None, optional(float_in(0, 1))] = None
-    """What a native search move below the score's gate gains on one workload to be kept
-    (``specrl.train.table_search.WORKLOAD_GAIN`` when not given); 0: only moves that raise
-    the score are kept, as before stop 64."""
     headroom: bool = False
     """Also search a native table on each judged workload's own tuning seeds, and judge it
     beside the oracle: how much a batch x acceptance table tuned for that traffic gains."""
@@ -149,8 +145,6 @@ def run(args: Args) -> Path:
     table.save(out / "learned.json")
     acceptance = table.provenance["operating_acceptance"]
     search, native = _search(args, args.search_episodes), _search(args, args.native_episodes)
-    if args.native_workload_gain is not None:
-        native["workload_gain"] = args.native_workload_gain or None
     native_searches = {"mix": _native(run_dir, table, out / "table.json", **native)}
     searches = {}
     formats = () if args.native_only else FORMATS

@@ -76,12 +76,6 @@ INCUMBENT = "engineer's sweep"
 """The start the search keeps unless another gains on both sets of seeds."""
 MAX_PASSES = 3
 """Local search passes at most (each tries every reached bucket once)."""
-WORKLOAD_GAIN = 0.002
-"""A move that raises the score by less than :data:`~specrl.train.search.MIN_MOVE_GAIN` is
-kept all the same where it raises one workload's ratio by this share on the tuning seeds and
-on the confirmation seeds, lowers the score on neither, and lowers no workload's ratio by
-more than ``MIN_MOVE_GAIN`` on either: the score sees a gain on one workload of the mix's
-eight at about a sixteenth of its size. None: such moves are not kept."""
 
 
 @dataclass
@@ -161,9 +155,7 @@ class TableSearchResult:
     confirm_seeds: list[int]
     moves: list[dict] = field(default_factory=list)
     """Each move kept: ``{"batch": [lo, hi], "move": what, "gain": score share on both sets of
-    seeds, "gain_tuning": on the tuning seeds, "gain_confirm": on the confirmation seeds}``;
-    a move kept for one workload's gain (:data:`WORKLOAD_GAIN`) adds ``"workload"`` and
-    ``"workload_gain"`` (its ratio's gain on the two sets)."""
+    seeds, "gain_tuning": on the tuning seeds, "gain_confirm": on the confirmation seeds}``."""
     evaluations: int = 0
     """Surrogate episodes played."""
     surrogate_s: float = 0.0
@@ -234,14 +226,10 @@ class TableSearchResult:
                 )
             )
         for m in self.moves:
-            line = (
-                f"  batch {m['batch'][0]}-{m['batch'][1]}: {m['move']} ({m['gain_tuning']:+.2%} "
-                f"on the tuning seeds, {m['gain_confirm']:+.2%} on the confirmation seeds"
+            lines.append(
+                f"  batch {m['batch'][0]}-{m['batch'][1]}: {m['move']} (+{m['gain_tuning']:.2%} "
+                f"on the tuning seeds, +{m['gain_confirm']:.2%} on the confirmation seeds)"
             )
-            if "workload" in m:
-                t, c = m["workload_gain"]
-                line += f"; {m['workload']} {t:+.2%}, {c:+.2%}"
-            lines.append(line + ")")
         return "\n".join(lines)
 
 
@@ -252,13 +240,11 @@ def best_table(
     *,
     progress: bool = False,
     worst_weight: float = WORST_WEIGHT,
-    workload_gain: float | None = WORKLOAD_GAIN,
 ) -> TableSearchResult:
     """Search batch x acceptance tables from ``table`` and the engineer's schedules (see the
     module); ``scorer`` holds the envs (workloads) and the tuning seeds, ``confirm`` the same
     envs on the confirmation seeds; ``worst_weight``, the score's weight on the worst
-    workload (:class:`~specrl.train.search.VersusEngineer`); ``workload_gain``, what a move
-    below the score's gate gains on one workload to be kept (:data:`WORKLOAD_GAIN`)."""
+    workload (:class:`~specrl.train.search.VersusEngineer`)."""
     clock = time.perf_counter()
     k_max, max_batch = table.k_max, table.max_batch
     played = (scorer.episodes + confirm.episodes, scorer.surrogate_s + confirm.surrogate_s)
@@ -293,18 +279,14 @@ def best_table(
     qualified = [name for name, pair in by_seeds.items() if gains_on_both(pair, sweep_scores)]
     start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
     learned = starts["learned table"]
-    grid, score, moves = _local_search(
-        starts[start].copy(), both, sweep, learned, progress, workload_gain
-    )
+    grid, score, moves = _local_search(starts[start].copy(), both, sweep, learned, progress)
     rival = None
     if start != "learned table":
         # The learned table may lose to the sweep on a few workloads and gain on others:
         # searched from, its losing rows are replaced where they lose. PPO is the learner:
         # its search is kept wherever it is at least the engineer's sweep on both sets of
         # seeds and the other search's result does not beat it by a move's gain on both.
-        grid_l, score_l, moves_l = _local_search(
-            learned.copy(), both, sweep, learned, progress, workload_gain
-        )
+        grid_l, score_l, moves_l = _local_search(learned.copy(), both, sweep, learned, progress)
         ours, theirs = both.split(grid_l.table()), both.split(grid.table())
         kept = learner_kept(ours, theirs, sweep_scores)
         rival = {
@@ -380,18 +362,10 @@ class _Both:
         )
 
 
-def _local_search(
-    grid: TableGrid,
-    both: _Both,
-    sweep,
-    learned: TableGrid,
-    progress: bool,
-    workload_gain: float | None = WORKLOAD_GAIN,
-):
+def _local_search(grid: TableGrid, both: _Both, sweep, learned: TableGrid, progress: bool):
     """Bucket by bucket, the best move on the tuning seeds, kept where it gains at least
-    ``MIN_MOVE_GAIN`` there and on the confirmation seeds (or, failing one, a move that gains
-    ``workload_gain`` on one workload on both and loses score on neither), for up to
-    :data:`MAX_PASSES` passes: ``(grid, score on both, moves kept)``."""
+    ``MIN_MOVE_GAIN`` there and on the confirmation seeds, for up to :data:`MAX_PASSES`
+    passes: ``(grid, score on both, moves kept)``."""
     tune, confirm = both.tune, both.confirm
     current = grid.table()
     current_tune = tune.score_table(current)
@@ -411,82 +385,32 @@ def _local_search(
                 if not trial.same(grid)
             }
             tune.prefetch_tables([t for _, t in trials.values()])
-            moves = _best_moves(trials, tune, current, current_tune, workload_gain)
-            move = next((m for m in moves if _holds(m, confirm, current, workload_gain)), None)
-            if move is None:
+            floor = current_tune * (1 + MIN_MOVE_GAIN)
+            best = None
+            for name, (trial, table) in trials.items():
+                s = tune.score_table(table)
+                if s > floor and (best is None or s > best[0]):
+                    best = (s, name, trial, table)
+            if best is None:
                 continue
-            record = {
-                "batch": [lo, hi],
-                "move": move.name,
-                "gain": both.score(move.table) / both.score(current) - 1,
-                "gain_tuning": move.score / current_tune - 1,
-                "gain_confirm": confirm.score_table(move.table) / confirm.score_table(current) - 1,
-            }
-            if move.workload is not None:
-                record["workload"] = list(tune.engineers)[move.workload]
-                record["workload_gain"] = [move.workload_gain, move.confirmed]
-            kept.append(record)
-            grid, current, current_tune, changed = move.grid, move.table, move.score, True
+            best_tune, name, trial, table = best
+            gain = confirm.score_table(table) / confirm.score_table(current) - 1
+            if gain < MIN_MOVE_GAIN:
+                continue
+            kept.append(
+                {
+                    "batch": [lo, hi],
+                    "move": name,
+                    "gain": both.score(table) / both.score(current) - 1,
+                    "gain_tuning": best_tune / current_tune - 1,
+                    "gain_confirm": gain,
+                }
+            )
+            grid, current, current_tune, changed = trial, table, best_tune, True
         if not changed:
             break
     bar.close()
     return grid, both.score(current), kept
-
-
-@dataclass
-class _Move:
-    """A trial move and what it scored on the tuning seeds; ``workload`` is set for a move
-    kept for one workload's gain (its index, and that gain)."""
-
-    name: str
-    grid: TableGrid
-    table: KTable
-    score: float
-    workload: int | None = None
-    workload_gain: float = 0.0
-    confirmed: float = 0.0
-
-
-def _best_moves(trials, tune, current, current_tune: float, workload_gain) -> list[_Move]:
-    """The trial with the best score if it gains ``MIN_MOVE_GAIN`` on the tuning seeds, then
-    the trial with the largest gain on one workload, at least ``workload_gain``, that lowers
-    neither the score nor any workload by more than ``MIN_MOVE_GAIN`` (each where there is
-    one)."""
-    floor = current_tune * (1 + MIN_MOVE_GAIN)
-    best = one = None
-    before = tune.table_ratios(current) if workload_gain is not None else None
-    for name, (trial, table) in trials.items():
-        s = tune.score_table(table)
-        if s > floor:
-            if best is None or s > best.score:
-                best = _Move(name, trial, table, s)
-        elif before is not None and s >= current_tune:
-            gains = [r / b - 1 for r, b in zip(tune.table_ratios(table), before, strict=True)]
-            w = int(np.argmax(gains))
-            if (
-                gains[w] >= workload_gain
-                and min(gains) >= -MIN_MOVE_GAIN
-                and (one is None or gains[w] > one.workload_gain)
-            ):
-                one = _Move(name, trial, table, s, w, gains[w])
-    return [m for m in (best, one) if m is not None]
-
-
-def _holds(move: _Move, confirm, current, workload_gain) -> bool:
-    """Whether ``move`` holds on the confirmation seeds: it gains ``MIN_MOVE_GAIN`` there,
-    or (a move for one workload) that workload gains ``workload_gain`` there, the score does
-    not fall and no workload falls by more than ``MIN_MOVE_GAIN``."""
-    ratio = confirm.score_table(move.table) / confirm.score_table(current)
-    if move.workload is None:
-        return ratio - 1 >= MIN_MOVE_GAIN
-    gains = [
-        r / b - 1
-        for r, b in zip(
-            confirm.table_ratios(move.table), confirm.table_ratios(current), strict=True
-        )
-    ]
-    move.confirmed = gains[move.workload]
-    return ratio >= 1.0 and move.confirmed >= workload_gain and min(gains) >= -MIN_MOVE_GAIN
 
 
 def _reached(played: list) -> np.ndarray:
@@ -541,7 +465,6 @@ def search_native(
     progress: bool = True,
     worst_weight: float = WORST_WEIGHT,
     episodes: int = NATIVE_EPISODES,
-    workload_gain: float | None = WORKLOAD_GAIN,
 ) -> TableSearchResult:
     """:func:`best_table` from the run's exported ``table``, judged on ``workloads`` (presets or
     trace files; default: the run's training mix) in the surrogate of the run's profile and
@@ -557,7 +480,6 @@ def search_native(
         confirm,
         progress=progress,
         worst_weight=worst_weight,
-        workload_gain=workload_gain,
     )
 
 
