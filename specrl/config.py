@@ -171,7 +171,7 @@ class TrainConfig:
     which at large batches can sit below both K=0 and K=1, and a reference below the best rate
     pays for long steps: K=1 out-earns K=0 there, and K=0 is unlearned. The floor keeps the
     reference at a rate the policy has shown it can reach."""
-    warm_start_episodes: Annotated[int, value(positive_int)] = 4
+    warm_start_episodes: Annotated[int, value(positive_int)] = 16
     """Episodes of each training workload the warm start's teacher plays (its states are
     what the network imitates). Why several: the oracle's choice between K=1 and off flips
     within a few rows of batch size, and one episode per workload holds only a few dozen
