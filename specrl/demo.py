@@ -48,6 +48,9 @@ DEMO_CONTEXTS = (16, 128, 256)
 read by padded tokens from the cells' admissions, and without the middle length the
 mid-sized admissions of a steady batch of 64 are charged at the longest rows' cost
 (docs/profile.md)."""
+DEMO_WARM_START_EPISODES = 4
+"""Episodes of each training workload the demo's warm start clones the oracle on: the demo's
+budget (``specrl train`` clones on 16)."""
 
 
 @dataclass
@@ -241,6 +244,7 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         wandb=options.wandb,
         # Five checkpoints over the budget: a demo stopped in training goes on from the last.
         checkpoint_every=max(1, options.timesteps // 5),
+        warm_start_episodes=DEMO_WARM_START_EPISODES,
     )
     # The demo owns its cache: a run there from another version's defaults is trained again.
     how = train_or_resume(config, on_change="restart", say=_say, progress=options.progress)

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from specrl.demo import SURROGATE_WORKLOADS, DemoOptions, cached_profile_path, run_demo
+from specrl.demo import (
+    DEMO_WARM_START_EPISODES,
+    SURROGATE_WORKLOADS,
+    DemoOptions,
+    cached_profile_path,
+    run_demo,
+)
 from specrl.table import load_table
 
 PLOTS = ("buckets-live", "buckets-surrogate-mixed", "table", "training", "k-over-time-ramp")
@@ -39,7 +45,7 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     measured here at a tiny grid (batch 1-2, one repetition, 2 acceptance rows) and left in
     the demo's cache as an earlier demo leaves one, PPO for one rollout (2,048 steps), batches
     up to 2."""
-    from specrl.config import SUMMARY_FILE
+    from specrl.config import CONFIG_FILE, SUMMARY_FILE, TrainConfig
     from specrl.profile import pair_fingerprint
     from specrl.profile.measure import measure_profile
 
@@ -63,6 +69,10 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     summary = json.loads((run / "demo.json").read_text())
     assert (summary["profile_how"], result.profile_path) == ("reused", cached)
     assert summary["training"] == "trained" and (result.train_dir / SUMMARY_FILE).is_file()
+    # The demo's budget: its warm start clones the oracle on fewer episodes than specrl train.
+    trained = json.loads((result.train_dir / CONFIG_FILE).read_text())
+    assert trained["warm_start_episodes"] == DEMO_WARM_START_EPISODES == 4
+    assert TrainConfig().warm_start_episodes == 16
     assert result.train_dir.parent == tmp_path / "demo-cache"
 
     reports = [f"surrogate-{w}" for w in SURROGATE_WORKLOADS] + ["live-mixed"]
