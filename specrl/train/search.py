@@ -482,7 +482,7 @@ def best_schedule(
         again = {name: confirm.score(d) for name, (d, _) in smoothed_starts.items()}
         incumbent = _better(incumbent, scores, again)
         if incumbent in scores:
-            start = _replacing(incumbent, scores, again)
+            start = replacing_start(incumbent, scores, again)
     floor = scores[start]
     dense, score, moves = _local_search(
         fmt, scorer, smoothed_starts[start][0].copy(), floor, progress, confirm
@@ -554,7 +554,7 @@ def gains_on_both(new, old) -> bool:
     return all(n >= o * (1 + MIN_MOVE_GAIN) for n, o in zip(new, old, strict=True))
 
 
-def _replacing(incumbent: str, scores: dict, again: dict) -> str:
+def replacing_start(incumbent: str, scores: dict, again: dict) -> str:
     """The start the search begins from: ``incumbent``, unless another scores at least
     :data:`MIN_MOVE_GAIN` higher on the tuning seeds (``scores``) and on the confirmation
     seeds (``again``); then the best such start by the mean of the two."""

@@ -65,6 +65,7 @@ from specrl.train.search import (
     gains_on_both,
     own_start_name,
     relative_objective,
+    replacing_start,
     search_buckets,
 )
 from specrl.train.trained import as_run
@@ -276,8 +277,11 @@ def best_table(
     # The engineer's sweep is the incumbent; another start replaces it only where it gains
     # on both sets of seeds, as a move must.
     sweep_scores = by_seeds[INCUMBENT]
-    qualified = [name for name, pair in by_seeds.items() if gains_on_both(pair, sweep_scores)]
-    start = max(qualified, key=lambda n: scores[n]) if qualified else INCUMBENT
+    start = replacing_start(
+        INCUMBENT,
+        {name: pair[0] for name, pair in by_seeds.items()},
+        {name: pair[1] for name, pair in by_seeds.items()},
+    )
     learned = starts["learned table"]
     grid, score, moves = _local_search(starts[start].copy(), both, sweep, learned, progress)
     rival = None
