@@ -12,12 +12,17 @@ range is not one a single run can tell from the machine's noise.
 When the engineer's baselines ran (``threshold:tuned`` and ``sweep``, tuned in the surrogate
 on seeds apart from the comparison's: :mod:`specrl.policies.engineer`), every policy is also
 rated against "the engineer", the better of the two, and the table says how each was tuned.
+
+Live, against the profile the env reads, each episode also times the machine
+(:mod:`specrl.profile.speed`): the table's notes give each policy's range of speeds, and say
+so when one policy's episodes ran further apart than the policies' tokens/s are.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +179,8 @@ class ComparisonReport:
             notes.append(f"the engineer: {eng.policy} ({eng.tokens_per_s:.0f} tokens/s){better}")
         for name, tuning in self.tuning.items():
             notes.append(f"{name}: {tuning['described']}")
+        if note := self.speed_note():
+            notes.append(note)
         if any(r.bucket_steps for r in self.results):
             fewest = {
                 b: min(r.bucket_steps.get(b, 0) for r in self.results) / self.episodes
@@ -184,6 +191,41 @@ class ComparisonReport:
                 + ", ".join(f"B {b}: {n:.1f}" for b, n in fewest.items())
             )
         return "\n".join(lines + ([""] + notes if notes else []))
+
+    def speed_note(self) -> str | None:
+        """Live, with each episode's machine speed: each policy's range, the widest spread
+        within one policy's episodes, and whether that spread exceeds how far apart the
+        policies' tokens/s are (then these episodes do not tell the policies apart). None
+        without speeds."""
+        from specrl.profile.speed import speed_spread
+
+        timed = [r for r in self.results if r.episode_speed]
+        if not timed:
+            return None
+
+        def span(speeds: list[float]) -> str:
+            finite = [x for x in speeds if math.isfinite(x)]
+            if not finite:
+                return "-"
+            lo, hi = min(finite), max(finite)
+            return f"{lo:.2f}" if len(finite) == 1 else f"{lo:.2f}-{hi:.2f}"
+
+        within = max(speed_spread(r.episode_speed) for r in timed)
+        rates = [r.tokens_per_s for r in self.results if r.tokens_per_s > 0]
+        between = max(rates) / min(rates) - 1.0 if rates else 0.0
+        note = (
+            "machine speed per episode, decode time over the profile's (1.00: the profile's "
+            "speed; higher: slower): "
+            + ", ".join(f"{r.policy} {span(r.episode_speed)}" for r in timed)
+            + f"; one policy's episodes up to {within:.0%} apart"
+        )
+        if len(self.results) > 1 and within > between:
+            note += (
+                f", more than the policies' tokens/s differ ({between:.1%}): the machine, not "
+                "the policies, moved these episodes; compare on a steadier machine or with more "
+                "episodes"
+            )
+        return note
 
     def write_csv(self, path: str | Path) -> None:
         """One row per policy: tokens/s, TPOT, then ``bucket/<label>`` and ``k_share/<K>``."""
@@ -215,13 +257,16 @@ def compare_policies(
     workload: str = "",
     progress: bool = True,
     warmup_steps: int = 0,
+    speed_profile=None,
 ) -> ComparisonReport:
     """Run every policy (objects with ``predict`` and ``name``) for ``episodes`` episodes of
     ``env``; episode ``i`` is reset with ``seed + i`` for every policy, so a preset workload
     serves each policy the same trace. The policies play each episode in turn, in the order
     given and then reversed (:func:`specrl.envs.rollout.round_order`). ``warmup_steps`` steps
     of the first episode (played by the last policy) are played and discarded first
-    (:func:`specrl.envs.rollout.warm_up`)."""
+    (:func:`specrl.envs.rollout.warm_up`). With ``speed_profile`` (a
+    :class:`~specrl.profile.Profile`; live, the one the env reads), each result also holds
+    each episode's machine speed against it (:func:`specrl.profile.speed.episode_speed`)."""
     from tqdm.auto import tqdm
 
     from specrl.envs import SurrogateSpecEnv
@@ -266,12 +311,29 @@ def compare_policies(
                     bar.update()
     k_max = env.unwrapped.k_max
     results = [summarize(p.name, runs[p.name], k_max) for p in policies]
+    if speed_profile is not None:
+        _time_machine(results, speed_profile, env.unwrapped)
     tuning = {
         p.name: {**p.tuning.to_json(), "described": p.tuning.describe()}
         for p in policies
         if getattr(p, "tuning", None) is not None
     }
     return ComparisonReport(env_name, workload, seed, episodes, results, tuning)
+
+
+def _time_machine(results: list[PolicyResult], profile, env) -> None:
+    """Fill each result's ``episode_speed`` against ``profile`` at ``env``'s sizes."""
+    from specrl.profile.costs import StepCosts
+    from specrl.profile.speed import episode_speed
+
+    if profile.k_max < env.k_max:
+        raise SpecrlError(
+            f"speed_profile: its k_max is {profile.k_max}, below the env's {env.k_max}; "
+            "pass the profile the env reads"
+        )
+    costs = StepCosts(profile, max_batch=env.max_batch, max_len=env.max_len, k_max=env.k_max)
+    for r in results:
+        r.episode_speed = [episode_speed(e, costs) for e in r.episodes]
 
 
 def compare_surrogate(

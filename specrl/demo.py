@@ -422,6 +422,7 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         workload="mixed",
         progress=options.progress,
         warmup_steps=LIVE_WARMUP_STEPS,
+        speed_profile=profile,
     )
     return [*reports, live]
 

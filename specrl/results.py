@@ -36,6 +36,10 @@ class PolicyResult:
     episode_tokens_per_s: list[float] = field(default_factory=list)
     """Tokens/s of each episode, in seed order: every policy's episode ``i`` served the same
     trace, so ratios between policies pair up episode by episode."""
+    episode_speed: list[float] = field(default_factory=list)
+    """Live, with a profile: each episode's machine speed against it, in seed order
+    (:func:`specrl.profile.speed.episode_speed`; NaN where no step qualified); empty
+    otherwise."""
     episodes: list = field(default_factory=list, repr=False)
     """The :class:`~specrl.envs.EpisodeResult` of each episode (not written to files)."""
 
@@ -49,6 +53,7 @@ class PolicyResult:
             "tpot_p99_s": None if math.isnan(self.tpot_p99_s) else self.tpot_p99_s,
             "bucket_steps": self.bucket_steps,
             "episode_tokens_per_s": self.episode_tokens_per_s,
+            "episode_speed": [None if math.isnan(x) else x for x in self.episode_speed],
         }
 
 

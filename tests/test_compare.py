@@ -204,7 +204,9 @@ def test_cli_writes_json_and_csv(tmp_path, capsys):
         "tpot_p99_s",
         "bucket_steps",
         "episode_tokens_per_s",
+        "episode_speed",
     }
+    assert first["episode_speed"] == []  # the surrogate's steps are the profile's
     assert set(first["bucket_steps"]) == set(first["bucket_tokens_per_s"])
     assert first["episode_tokens_per_s"] == [first["tokens_per_s"]]  # one episode
     assert [r["policy"] for r in data["results"]] == ["off", "K=1", "K=3", "hf", "ema", "oracle"]

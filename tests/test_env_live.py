@@ -174,3 +174,20 @@ def test_close_frees_the_engine_and_a_reset_builds_a_new_one(micro_pair, streams
     assert env.engine is not None
     assert again.tokens == first.tokens == trace.total_tokens
     assert again.step_tokens == first.step_tokens and again.step_k == first.step_k
+
+
+def test_info_carries_each_steps_context_and_catch_up(micro_pair, streams):
+    """What a live episode's machine speed is read from (specrl.profile.speed): the engine's
+    own figures for each step."""
+    env = _env(micro_pair, streams=streams)
+    env.reset(seed=2)
+    caught_up = 0.0
+    for a in [0, 0, 0, 3, 2] * 10:
+        _, _, terminated, _, info = env.step(a)
+        stats = env.last_stats
+        assert info["catchup_s"] == stats.catchup_time
+        assert info["context"] == float(stats.max_context)
+        caught_up += info["catchup_s"]
+        if terminated:
+            break
+    assert caught_up > 0  # the draft read what it skipped during the K=0 steps

@@ -160,6 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         env_name=args.env,
         workload=str(args.workload),
         warmup_steps=LIVE_WARMUP_STEPS if args.env == "live" else 0,
+        speed_profile=profile if args.env == "live" else None,
     )
     print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
     print(report.format())
