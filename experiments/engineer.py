@@ -67,6 +67,9 @@ class Args:
     native_episodes: Annotated[int | None, optional(positive_int)] = None
     """The native search's tuning (and confirmation) episodes per table and workload
     (``specrl.train.search.NATIVE_EPISODES`` when not given)."""
+    judge_only: bool = False
+    """Judge the files already in OUT (``learned.json``, ``table.json``, the exports) without
+    exporting or searching again: a comparison that was cut short, or more episodes."""
     headroom: bool = False
     """Also search a native table on each judged workload's own tuning seeds, and judge it
     beside the oracle: how much a batch x acceptance table tuned for that traffic gains."""
@@ -140,24 +143,30 @@ def run(args: Args) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     config = load_config(run_dir)
     profile, profile_path = _load_run_profile(config)
-    table, fidelity = checked_table(run_dir)
-    print(fidelity.format())
-    table.save(out / "learned.json")
-    acceptance = table.provenance["operating_acceptance"]
-    search, native = _search(args, args.search_episodes), _search(args, args.native_episodes)
-    native_searches = {"mix": _native(run_dir, table, out / "table.json", **native)}
-    searches = {}
     formats = () if args.native_only else FORMATS
-    if formats and not args.per_workload:
+    searches, native_searches = {}, {}
+    if args.judge_only:
+        _check_judged_files(args, out, formats)
+    else:
+        table, fidelity = checked_table(run_dir)
+        print(fidelity.format())
+        table.save(out / "learned.json")
+        acceptance = table.provenance["operating_acceptance"]
+        search, native = _search(args, args.search_episodes), _search(args, args.native_episodes)
+        native_searches["mix"] = _native(run_dir, table, out / "table.json", **native)
+    if formats and not args.per_workload and not args.judge_only:
         searches["mix"] = export_all(run_dir, out, table, acceptance, **search)
     rows, reports = [], {}
     for workload in args.workloads:
         where = out
         if formats and args.per_workload:
             where = out / workload
-            where.mkdir(exist_ok=True)
-            searches[workload] = export_all(run_dir, where, table, acceptance, [workload], **search)
-        if args.headroom:
+            if not args.judge_only:
+                where.mkdir(exist_ok=True)
+                searches[workload] = export_all(
+                    run_dir, where, table, acceptance, [workload], **search
+                )
+        if args.headroom and not args.judge_only:
             native_searches[workload] = _native(
                 run_dir, table, out / f"table-{workload}.json", [workload], **native
             )
@@ -188,6 +197,26 @@ def run(args: Args) -> Path:
     )
     print(f"\nwrote {out}/ in {time.perf_counter() - start:.0f} s")
     return out
+
+
+def _check_judged_files(args: Args, out: Path, formats) -> None:
+    """With ``--judge-only``: every file the comparisons read is in ``out``, or a
+    :class:`SpecrlError` naming the missing ones, before any episode."""
+    from specrl.errors import SpecrlError
+
+    needed = [out / "learned.json", out / "table.json"]
+    for workload in args.workloads:
+        where = out / workload if args.per_workload else out
+        needed += [where / f"{fmt}.json" for fmt in formats]
+        if args.headroom:
+            needed.append(out / f"table-{workload}.json")
+    missing = [str(p) for p in dict.fromkeys(needed) if not p.exists()]
+    if missing:
+        raise SpecrlError(
+            f"--judge-only judges the files a finished run of this script wrote, and "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: run it "
+            "without --judge-only first (same --out)"
+        )
 
 
 def _judge(args: Args, config, profile, workload: str, out: Path, where: Path, formats):

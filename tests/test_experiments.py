@@ -299,7 +299,7 @@ def test_engineer_script_gives_each_ratio_its_standard_error():
 
 
 @pytest.mark.slow  # about 11 s: a training run, then every export searched
-def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path):
+def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path, capsys):
     from specrl.profile.synthetic import linear_profile
     from specrl.train import train
     from specrl.train.search import SEARCH_EPISODES
@@ -327,6 +327,15 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
         seeds = json.loads((out / f"{fmt}.json").read_text())["specrl"]["chosen_by"]["seeds"]
         assert seeds == list(range(50_000, 50_000 + SEARCH_EPISODES))
     assert "| ramp | " in (out / "engineer.md").read_text()
+    # --judge-only judges the same files again, without a search: the same figures.
+    assert engineer.main([*argv, "--judge-only"]) == 0
+    again = json.loads((out / "engineer.json").read_text())
+    assert again["rows"] == summary["rows"]
+    assert again["searches"] == {} and again["native_searches"] == {}
+    (out / "sglang.json").unlink()
+    assert engineer.main([*argv, "--judge-only"]) == 2
+    err = capsys.readouterr().err
+    assert "--judge-only judges the files" in err and "sglang.json is missing" in err
 
 
 def test_paired_spread_is_the_spread_of_the_per_episode_log_ratio():
