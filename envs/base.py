@@ -58,9 +58,9 @@ class Served(NamedTuple):
     """Rows decoded in this step."""
     context: float
     """Longest row (prompt + committed) at the start of the decode."""
-    catchup_seconds: float = 0.0
-    """The part of ``seconds`` the draft spent catching up on tokens it skipped (after K=0
-    steps), which the profile charges apart from the step."""
+    caught_up: bool = False
+    """Whether the draft read tokens it had skipped (after K=0 steps) in this step: a cost
+    the profile charges apart from the step's."""
 
 
 def resolve_workload(workload, *, peak: int, workload_kwargs: dict | None) -> Trace | str:
@@ -251,7 +251,7 @@ class SpecEnvBase(gym.Env):
             "accepted": served.accepted if served else 0,
             "admitted": served.admitted if served else 0,
             "prefill_s": served.prefill_seconds if served else 0.0,
-            "catchup_s": served.catchup_seconds if served else 0.0,
+            "caught_up": served.caught_up if served else False,
             "context": served.context if served else 0.0,
             "episode_tokens": self.episode_tokens,
             "episode_time_s": self.episode_seconds,

@@ -473,5 +473,5 @@ class LiveSpecEnv(SpecEnvBase):
             stats.prefill_time,
             stats.batch_size,
             float(stats.max_context),
-            stats.catchup_time,
+            stats.catchup_tokens > 0,
         )

@@ -33,10 +33,10 @@ class EpisodeResult:
     """Per step: the acceptance estimate the controller observed after the step."""
     step_context: list[float] = field(default_factory=list)
     """Per step: the longest row's context at the start of the decode."""
-    step_prefill_s: list[float] = field(default_factory=list)
-    """Per step: the part of its seconds spent prefilling the requests it admitted."""
-    step_catchup_s: list[float] = field(default_factory=list)
-    """Per step: the part of its seconds the draft spent catching up after K=0 steps."""
+    step_admitted: list[int] = field(default_factory=list)
+    """Per step: requests admitted (prefilled) in it."""
+    step_caught_up: list[bool] = field(default_factory=list)
+    """Per step: whether the draft caught up on tokens it skipped during K=0 steps."""
     request_tpot_s: list[float] = field(default_factory=list)
     """Per finished request: time per output token after the first (serving clock)."""
     prefill_seconds: float = 0.0
@@ -88,8 +88,8 @@ def run_episode(
         result.step_seconds.append(info["step_time_s"])
         result.step_acceptance.append(float(obs[ACCEPTANCE]))
         result.step_context.append(info["context"])
-        result.step_prefill_s.append(info["prefill_s"])
-        result.step_catchup_s.append(info["catchup_s"])
+        result.step_admitted.append(info["admitted"])
+        result.step_caught_up.append(info["caught_up"])
     result.mean_step_tokens_per_s = rate_sum / max(result.steps, 1)
     result.request_tpot_s = list(env.unwrapped.request_tpot_s)
     return result

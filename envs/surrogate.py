@@ -411,7 +411,7 @@ class SurrogateSpecEnv(SpecEnvBase):
         if n == 0:  # everything admitted finished on its prefill token
             seconds = extra_s * math.exp(self._sigma[1] * rng.standard_normal())
             return Served(committed, seconds, 0, 0, finished, admitted, seconds, 0, 0.0)
-        prefill_s, catchup_s = extra_s, 0.0
+        prefill_s, caught_up = extra_s, False
         ctx, left, lag, generated = (
             self._ctx[:n],
             self._left[:n],
@@ -427,8 +427,8 @@ class SurrogateSpecEnv(SpecEnvBase):
                 behind = lag > 2
                 if behind.any():
                     width = int(lag[behind].max()) - 1
-                    catchup_s = self._catchup_s[int(behind.sum()) * width]
-                    extra_s += catchup_s
+                    extra_s += self._catchup_s[int(behind.sum()) * width]
+                    caught_up = True
                 self._maybe_behind = False
             drawn = self._uniform[self._index[:n, None], generated[:, None] + self._positions[:k]]
             ok = drawn < self._rates(self._group[:n], self._level[:n], generated, k)
@@ -477,7 +477,7 @@ class SurrogateSpecEnv(SpecEnvBase):
             prefill_s * noise,
             n,
             float(max_ctx),
-            catchup_s * noise,
+            caught_up,
         )
 
     # ------------------------------------------------------------------ the oracle

@@ -48,13 +48,13 @@ def _costs(profile) -> StepCosts:
 
 def _episode(steps) -> EpisodeResult:
     e = EpisodeResult(0, 0.0, len(steps), 0.0, 0.0)
-    for batch, k, context, seconds, prefill, catchup in steps:
+    for batch, k, context, seconds, admitted, caught_up in steps:
         e.step_batch.append(batch)
         e.step_k.append(k)
         e.step_context.append(context)
         e.step_seconds.append(seconds)
-        e.step_prefill_s.append(prefill)
-        e.step_catchup_s.append(catchup)
+        e.step_admitted.append(admitted)
+        e.step_caught_up.append(caught_up)
     return e
 
 
@@ -63,16 +63,16 @@ def test_speed_is_decode_time_over_the_tables_on_steps_without_admissions():
     table = [costs.seconds(4, 2, 100), costs.seconds(8, 0, 120)]
     episode = _episode(
         [
-            (4, 2, 100, 1.3 * table[0], 0.0, 0.0),
-            (8, 0, 120, 1.3 * table[1], 0.0, 0.0),
-            (2, 1, 50, 9.0, 0.5, 0.0),  # admitted requests: left out
-            (8, 3, 130, 5.0, 0.0, 0.2),  # caught up: left out
-            (0, 0, 0, 0.4, 0.4, 0.0),  # decoded nothing
+            (4, 2, 100, 1.3 * table[0], 0, False),
+            (8, 0, 120, 1.3 * table[1], 0, False),
+            (2, 1, 50, 9.0, 2, False),  # admitted requests: left out
+            (8, 3, 130, 5.0, 0, True),  # caught up: left out
+            (0, 0, 0, 0.4, 1, False),  # decoded nothing
         ]
     )
     assert episode_speed(episode, costs) == pytest.approx(1.3, rel=1e-12)
     # A step measured at the table's time moves the speed toward 1 by its weight.
-    episode = _episode([(4, 2, 100, table[0], 0.0, 0.0), (8, 0, 120, 2 * table[1], 0.0, 0.0)])
+    episode = _episode([(4, 2, 100, table[0], 0, False), (8, 0, 120, 2 * table[1], 0, False)])
     assert episode_speed(episode, costs) == pytest.approx(
         (table[0] + 2 * table[1]) / (table[0] + table[1]), rel=1e-12
     )
@@ -80,10 +80,10 @@ def test_speed_is_decode_time_over_the_tables_on_steps_without_admissions():
 
 def test_speed_is_nan_without_a_qualifying_step_and_lists_must_match():
     costs = _costs(_profile())
-    assert math.isnan(episode_speed(_episode([(2, 1, 50, 9.0, 0.5, 0.0)]), costs))
+    assert math.isnan(episode_speed(_episode([(2, 1, 50, 9.0, 1, False)]), costs))
     assert math.isnan(episode_speed(_episode([]), costs))
-    broken = _episode([(4, 2, 100, 0.1, 0.0, 0.0)])
-    broken.step_catchup_s.clear()
+    broken = _episode([(4, 2, 100, 0.1, 0, False)])
+    broken.step_caught_up.clear()
     with pytest.raises(ValueError):
         episode_speed(broken, costs)
 
@@ -122,8 +122,9 @@ def _surrogate(profile):
 def test_a_surrogate_episode_reads_its_own_profiles_speed_and_a_faster_profiles_ratio():
     profile = _profile()
     episode = run_episode(_surrogate(profile), _Cycle([0, 0, 0, 3, 2]), seed=1)
-    assert len(episode.step_context) == len(episode.step_catchup_s) == episode.steps
-    assert sum(episode.step_catchup_s) > 0  # the draft caught up after the K=0 runs
+    assert len(episode.step_context) == len(episode.step_caught_up) == episode.steps
+    assert any(episode.step_caught_up)  # the draft caught up after the K=0 runs
+    assert any(episode.step_admitted)
     assert max(episode.step_context) > 0
     own = episode_speed(episode, _costs(profile))
     assert 0.97 < own < 1.05  # the surrogate's steps are its profile's, with 5% log noise
@@ -131,7 +132,7 @@ def test_a_surrogate_episode_reads_its_own_profiles_speed_and_a_faster_profiles_
     fast = episode_speed(episode, _costs(_profile(1 / 1.25)))
     assert fast / own == pytest.approx(1.25, rel=1e-9)
     # With the steps that caught up, the step times would read slower than the profile.
-    clean = [i for i, p in enumerate(episode.step_prefill_s) if p == 0 and episode.step_batch[i]]
+    clean = [i for i, a in enumerate(episode.step_admitted) if not a and episode.step_batch[i]]
     costs = _costs(profile)
     raw = sum(episode.step_seconds[i] for i in clean) / sum(
         costs.seconds(episode.step_batch[i], episode.step_k[i], episode.step_context[i])

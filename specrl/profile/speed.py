@@ -36,12 +36,12 @@ def episode_speed(episode, costs: StepCosts) -> float:
         episode.step_k,
         episode.step_context,
         episode.step_seconds,
-        episode.step_prefill_s,
-        episode.step_catchup_s,
+        episode.step_admitted,
+        episode.step_caught_up,
         strict=True,
     )
-    for batch, k, context, seconds, prefill, catchup in steps:
-        if batch <= 0 or prefill > 0 or catchup > 0:
+    for batch, k, context, seconds, admitted, caught_up in steps:
+        if batch <= 0 or admitted or caught_up:
             continue
         measured += seconds
         table += costs.seconds(batch, k, context)
