@@ -24,6 +24,7 @@ _WHERE = {
     "LiveSpecEnv": "specrl.envs.live",
     "EpisodeResult": "specrl.envs.rollout",
     "run_episode": "specrl.envs.rollout",
+    "run_interleaved": "specrl.envs.rollout",
     "SurrogateSpecEnv": "specrl.envs.surrogate",
     "default_profile_path": "specrl.envs.surrogate",
     "RateReference": "specrl.envs.training",
@@ -39,12 +40,13 @@ __all__ = [
     "TrainingEnv",
     "default_profile_path",
     "run_episode",
+    "run_interleaved",
 ]
 
 if TYPE_CHECKING:
     from specrl.envs.base import OBS_NAMES
     from specrl.envs.live import LiveSpecEnv
-    from specrl.envs.rollout import EpisodeResult, run_episode
+    from specrl.envs.rollout import EpisodeResult, run_episode, run_interleaved
     from specrl.envs.surrogate import SurrogateSpecEnv, default_profile_path
     from specrl.envs.training import RateReference, TrainingEnv
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 import warnings
 from pathlib import Path
@@ -258,6 +259,18 @@ class LiveSpecEnv(SpecEnvBase):
             streams = token_streams(pair.tokenizer)
         self.streams = streams
         self.engine = None
+
+    def sibling(self) -> LiveSpecEnv:
+        """Another env like this one (the same pair, workload, sizes, reference rate and
+        acceptance estimate) with its own engine and per-request state, built without loading
+        or checking anything again: what :func:`~specrl.envs.rollout.run_interleaved` plays one
+        policy on beside another's. Its engine's caches are allocated on its first reset."""
+        twin = copy.copy(self)
+        twin.engine, twin.last_stats, twin._driver, twin.trace = None, None, None, None
+        twin._np_random = None  # reset(seed=...) seeds each env's own generator
+        if self._requests is not None:
+            twin._requests = copy.deepcopy(self._requests)
+        return twin
 
     def _fingerprint(self, k_max: int) -> dict:
         """This pair's fingerprint on this device, computed once (it hashes the weights)."""

@@ -258,6 +258,7 @@ def compare_policies(
     progress: bool = True,
     warmup_steps: int = 0,
     speed_profile=None,
+    interleave: bool = False,
 ) -> ComparisonReport:
     """Run every policy (objects with ``predict`` and ``name``) for ``episodes`` episodes of
     ``env``; episode ``i`` is reset with ``seed + i`` for every policy, so a preset workload
@@ -266,11 +267,16 @@ def compare_policies(
     of the first episode (played by the last policy) are played and discarded first
     (:func:`specrl.envs.rollout.warm_up`). With ``speed_profile`` (a
     :class:`~specrl.profile.Profile`; live, the one the env reads), each result also holds
-    each episode's machine speed against it (:func:`specrl.profile.speed.episode_speed`)."""
+    each episode's machine speed against it (:func:`specrl.profile.speed.episode_speed`).
+
+    Live, with ``interleave``, the policies play each episode side by side instead, each on
+    an env of its own (``env.sibling()``), stepping in turn by the time each has served
+    (:func:`specrl.envs.rollout.run_interleaved`): a drift in the machine's speed then meets
+    every policy alike, not only on average over an even number of rounds."""
     from tqdm.auto import tqdm
 
     from specrl.envs import SurrogateSpecEnv
-    from specrl.envs.rollout import round_order, run_episode, warm_up
+    from specrl.envs.rollout import round_order, run_episode, run_interleaved, warm_up
     from specrl.policies.episode_pool import play_policies
 
     if episodes < 1:
@@ -293,16 +299,37 @@ def compare_policies(
                 f"seeds {seed}..{seed + episodes - 1}: a tuned baseline is judged on seeds it "
                 "has not seen; pick another --seed"
             )
+    live = not isinstance(getattr(env, "unwrapped", env), SurrogateSpecEnv)
+    if interleave and (not live or not hasattr(env, "sibling")):
+        raise SpecrlError(
+            "interleave plays the policies side by side on a live env's siblings; pass the "
+            "LiveSpecEnv itself (not a wrapper, not a surrogate env, whose times do not drift)"
+        )
     warm_up(env, policies[-1], seed=seed, steps=warmup_steps)
     runs: dict[str, list] = {p.name: [] for p in policies}
     with tqdm(total=episodes * len(policies), desc="compare", disable=not progress) as bar:
-        if isinstance(getattr(env, "unwrapped", env), SurrogateSpecEnv):
+        if not live:
             # Timed by the profile, not the clock: the episodes are independent and are
             # played together (on every core inside parallel_episodes).
             tasks = [(env, p, seed + i) for i in range(episodes) for p in round_order(policies, i)]
             for (_, policy, _), run in zip(tasks, play_policies(tasks), strict=True):
                 runs[policy.name].append(run)
             bar.update(len(tasks))
+        elif interleave:
+            envs = [env, *(env.sibling() for _ in policies[1:])]
+            try:
+                for i in range(episodes):
+                    order = round_order(list(range(len(policies))), i)  # who steps first on a tie
+                    bar.set_postfix_str(f"side by side, seed {seed + i}")
+                    played = run_interleaved(
+                        [envs[j] for j in order], [policies[j] for j in order], seed=seed + i
+                    )
+                    for j, run in zip(order, played, strict=True):
+                        runs[policies[j].name].append(run)
+                    bar.update(len(policies))
+            finally:
+                for sibling in envs[1:]:
+                    sibling.close()
         else:  # live: one at a time, in turn
             for i in range(episodes):
                 for policy in round_order(policies, i):

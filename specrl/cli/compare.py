@@ -34,6 +34,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="episodes per policy (default 4; even, so the play order cancels a drift)",
     )
     parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="live: play the policies' episodes side by side, each on an engine of its own, "
+        "the one that has served least time stepping next, so a drift in the machine's speed "
+        "meets them alike (default: one episode after another, in ABBA order)",
+    )
+    parser.add_argument(
         "--policies", default=None, help="comma list (default: every baseline for the env)"
     )
     parser.add_argument(
@@ -131,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _known_workload(str(args.workload))
+    if args.interleave and args.env != "live":
+        raise SpecrlError(
+            "--interleave plays live episodes side by side; the surrogate's times do not "
+            "drift: drop it, or use --env live"
+        )
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
     from specrl.policies.oracle import LIVE_REFUSAL
@@ -150,7 +162,11 @@ def _run(args: argparse.Namespace) -> int:
         )
     env, profile = make_env(args)
     policies = make_policies(specs, env=env, profile=profile, force=args.force)
-    if args.env == "live" and (note := odd_rounds_note(args.episodes, "--episodes")):
+    if (
+        args.env == "live"
+        and not args.interleave
+        and (note := odd_rounds_note(args.episodes, "--episodes"))
+    ):
         print(note)
     report = compare_policies(
         env,
@@ -161,6 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         workload=str(args.workload),
         warmup_steps=LIVE_WARMUP_STEPS if args.env == "live" else 0,
         speed_profile=profile if args.env == "live" else None,
+        interleave=args.interleave,
     )
     print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
     print(report.format())
