@@ -50,6 +50,9 @@ class ComparisonReport:
     tuning: dict[str, dict] = field(default_factory=dict)
     """Per tuned policy (the engineer's), how it was tuned
     (:meth:`specrl.policies.engineer.Tuning.to_json`, plus ``"described"``)."""
+    interleaved: bool = False
+    """Live: whether the policies played each episode side by side
+    (:func:`specrl.envs.rollout.run_interleaved`) rather than one after another."""
 
     @property
     def best_static(self) -> PolicyResult | None:
@@ -122,6 +125,7 @@ class ComparisonReport:
             if self.engineer is None
             else {"policy": self.engineer.policy, "tokens_per_s": self.engineer.tokens_per_s},
             "tuning": self.tuning,
+            "interleaved": self.interleaved,
         }
 
     def format(self) -> str:
@@ -195,8 +199,10 @@ class ComparisonReport:
     def speed_note(self) -> str | None:
         """Live, with each episode's machine speed: each policy's range, the widest spread
         within one policy's episodes, and whether that spread exceeds how far apart the
-        policies' tokens/s are (then these episodes do not tell the policies apart). None
-        without speeds."""
+        policies' tokens/s are (then these episodes do not tell the policies apart). Played
+        side by side, the spread that counts is between the policies within one episode (a
+        drift between episodes meets them all): the widest, against the same. None without
+        speeds."""
         from specrl.profile.speed import speed_spread
 
         timed = [r for r in self.results if r.episode_speed]
@@ -210,21 +216,31 @@ class ComparisonReport:
             lo, hi = min(finite), max(finite)
             return f"{lo:.2f}" if len(finite) == 1 else f"{lo:.2f}-{hi:.2f}"
 
-        within = max(speed_spread(r.episode_speed) for r in timed)
+        across = max(speed_spread(r.episode_speed) for r in timed)
         rates = [r.tokens_per_s for r in self.results if r.tokens_per_s > 0]
         between = max(rates) / min(rates) - 1.0 if rates else 0.0
         note = (
             "machine speed per episode, decode time over the profile's (1.00: the profile's "
             "speed; higher: slower): "
             + ", ".join(f"{r.policy} {span(r.episode_speed)}" for r in timed)
-            + f"; one policy's episodes up to {within:.0%} apart"
+            + f"; one policy's episodes up to {across:.0%} apart"
         )
-        if len(self.results) > 1 and within > between:
-            note += (
-                f", more than the policies' tokens/s differ ({between:.1%}): the machine, not "
-                "the policies, moved these episodes; compare on a steadier machine or with more "
-                "episodes"
+        if not self.interleaved:
+            within = across
+            why = (
+                "the machine, not the policies, moved these episodes; compare on a steadier "
+                "machine or with more episodes"
             )
+        else:
+            n = min(len(r.episode_speed) for r in timed)
+            within = max(speed_spread([r.episode_speed[i] for r in timed]) for i in range(n))
+            note += f"; side by side, the policies in one episode up to {within:.1%} apart"
+            why = (
+                "the machine, or the profile's error where their K differ, moved them apart; "
+                "compare with more episodes"
+            )
+        if len(self.results) > 1 and within > between:
+            note += f", more than the policies' tokens/s differ ({between:.1%}): {why}"
         return note
 
     def write_csv(self, path: str | Path) -> None:
@@ -345,7 +361,7 @@ def compare_policies(
         for p in policies
         if getattr(p, "tuning", None) is not None
     }
-    return ComparisonReport(env_name, workload, seed, episodes, results, tuning)
+    return ComparisonReport(env_name, workload, seed, episodes, results, tuning, interleave)
 
 
 def _time_machine(results: list[PolicyResult], profile, env) -> None:

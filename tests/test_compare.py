@@ -183,8 +183,10 @@ def test_cli_writes_json_and_csv(tmp_path, capsys):
         "best_static_by_bucket",
         "engineer",
         "tuning",
+        "interleaved",
     }
     assert data["engineer"] is None and data["tuning"] == {}  # neither tuned baseline ran
+    assert data["interleaved"] is False
     for label, name in data["best_static_by_bucket"].items():
         rates = {r["policy"]: r["bucket_tokens_per_s"].get(label, 0) for r in data["results"]}
         assert rates[name] == max(rates[p] for p in ("off", "K=1", "K=3"))

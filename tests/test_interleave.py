@@ -125,6 +125,7 @@ def test_live_comparison_side_by_side(micro_pair):
             _untimed(alone[i]),
             _untimed(alone[3 + i]),
         ]
+    assert report.interleaved and report.to_json()["interleaved"] is True
 
 
 def test_interleave_in_the_surrogate_is_refused_before_the_env(capsys, monkeypatch):

@@ -197,3 +197,21 @@ def test_the_note_says_when_the_machine_moved_more_than_the_policies_differ():
     assert steady.results[0].to_json()["episode_speed"] == [1.0, 1.01]
     nan = _result("off", 500.0, [math.nan])
     assert nan.to_json()["episode_speed"] == [None]
+
+
+def test_side_by_side_the_note_reads_the_spread_within_each_episode():
+    def report(first: list[float], second: list[float]) -> ComparisonReport:
+        results = [_result("off", 500.0, first), _result("K=2", 505.0, second)]
+        return ComparisonReport("live", "mixed", 0, 2, results, interleaved=True)
+
+    steady = report([1.0, 1.3], [1.01, 1.313]).speed_note()
+    assert steady.endswith(
+        "one policy's episodes up to 30% apart; side by side, the policies in one episode up "
+        "to 1.0% apart"
+    )
+    uneven = report([1.0, 1.3], [1.05, 1.3]).speed_note()
+    assert uneven.endswith(
+        "side by side, the policies in one episode up to 5.0% apart, more than the policies' "
+        "tokens/s differ (1.0%): the machine, or the profile's error where their K differ, "
+        "moved them apart; compare with more episodes"
+    )

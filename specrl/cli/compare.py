@@ -179,7 +179,11 @@ def _run(args: argparse.Namespace) -> int:
         speed_profile=profile if args.env == "live" else None,
         interleave=args.interleave,
     )
-    print(f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed {args.seed}")
+    side = ", side by side" if args.interleave else ""
+    print(
+        f"{args.env}, workload {args.workload}, {args.episodes} episode(s) from seed "
+        f"{args.seed}{side}"
+    )
     print(report.format())
     if args.json:
         write_json(args.json, report.to_json())
