@@ -14,7 +14,9 @@
 4. Export the table (native, checked against the policy, then searched from it; each serving
    stack's best schedule: vLLM, TensorRT-LLM, SGLang).
 5. Compare every policy in the surrogate on held-out seeds of four workloads, then off,
-   the engineer and the table live, on two held-out traces in ABBA order.
+   the engineer and the table live, on two held-out traces, played side by side (each on
+   an engine of its own, stepping in turn, so a drift in the machine's speed meets them
+   alike).
 6. Print the comparison and write every artifact under ``runs/demo-<time>/``: tables, JSON,
    CSV, PNG plots and the wandb (offline) run directories.
 """
@@ -63,9 +65,8 @@ class DemoOptions:
     live_requests: int = 32
     """Requests in the live held-out trace (the mixed preset)."""
     live_episodes: int = 2
-    """Live held-out traces (seeds from :data:`specrl.seeds.HELD_OUT_SEED`), the policies in
-    ABBA order (:func:`specrl.envs.rollout.round_order`): with one, the last policy listed
-    (the table) would meet the machine every round after the others."""
+    """Live held-out traces (seeds from :data:`specrl.seeds.HELD_OUT_SEED`), the policies
+    side by side on each (:func:`specrl.envs.rollout.run_interleaved`)."""
     max_batch: int = 32
     """Largest batch: of the profile's grid (when measured), training, the comparisons and
     the live trace's peak concurrency."""
@@ -385,7 +386,7 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
     engineer and the table live: the reports, the live one last. The other baselines run in
     the surrogate only: live, each would cost two more traces of the demo's time."""
     from specrl.envs import LiveSpecEnv
-    from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
+    from specrl.envs.rollout import LIVE_WARMUP_STEPS
     from specrl.policies import default_policies, make_policy
 
     lookup = f"lookup:{exported.native}"
@@ -411,8 +412,6 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
     )
     engineer = mixed.engineer.policy if mixed.engineer else _best_static_spec(mixed)
     specs = list(dict.fromkeys(["off", engineer, lookup]))
-    if note := odd_rounds_note(options.live_episodes, "--live-episodes"):
-        _say(note)
     live = compare_policies(
         live_env,
         [make_policy(s, env=live_env, profile=profile) for s in specs],
@@ -423,6 +422,7 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         progress=options.progress,
         warmup_steps=LIVE_WARMUP_STEPS,
         speed_profile=profile,
+        interleave=True,
     )
     return [*reports, live]
 
@@ -475,7 +475,10 @@ def _print_summary(reports, run_dir: Path, artifacts: dict, seconds: dict, optio
         if options.live_episodes == 1
         else f"{options.live_episodes} held-out mixed traces"
     )
-    _say(f"\nlive on this machine, {traces} of {options.live_requests} requests:")
+    _say(
+        f"\nlive on this machine, {traces} of {options.live_requests} requests, the policies "
+        "side by side:"
+    )
     _say(live.format())
     _say(f"\nwrote {run_dir}/:")
     for what, where in artifacts.items():

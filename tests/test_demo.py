@@ -100,11 +100,14 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     assert summary["artifacts"]["wandb runs"] == str(run / "wandb")
 
     live = [r["policy"] for r in results["live-mixed"]]
+    assert json.loads((run / "compare-live-mixed.json").read_text())["interleaved"] is True
     # Live: off, the engineer and the table (the other baselines run in the surrogate only).
     assert live == ["off", live[1], "lookup:table.json"]
     assert live[1] in ("threshold:tuned", "sweep")
     surrogate = printed.index("surrogate, workload mixed, 1 held-out episodes:\n| policy |")
-    at_live = printed.index("live on this machine, 2 held-out mixed traces of 4 requests:\n")
+    at_live = printed.index(
+        "live on this machine, 2 held-out mixed traces of 4 requests, the policies side by side:\n"
+    )
     live_printed = printed[at_live : printed.index(f"wrote {run}/:")]
     assert surrogate < at_live
     for name in live:

@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--live-episodes",
         type=positive_int,
         default=defaults.live_episodes,
-        help="live held-out traces, the policies taking turns in ABBA order (2)",
+        help="live held-out traces, the policies side by side on each (2)",
     )
     parser.add_argument(
         "--max-batch",
