@@ -332,19 +332,18 @@ def compare_policies(
                 runs[policy.name].append(run)
             bar.update(len(tasks))
         elif interleave:
-            envs = [env, *(env.sibling() for _ in policies[1:])]
+            siblings = [env.sibling() for _ in policies[1:]]
+            envs = dict(zip(names, [env, *siblings], strict=True))
             try:
                 for i in range(episodes):
-                    order = round_order(list(range(len(policies))), i)  # who steps first on a tie
+                    order = round_order(policies, i)  # who steps first on a tie
                     bar.set_postfix_str(f"side by side, seed {seed + i}")
-                    played = run_interleaved(
-                        [envs[j] for j in order], [policies[j] for j in order], seed=seed + i
-                    )
-                    for j, run in zip(order, played, strict=True):
-                        runs[policies[j].name].append(run)
+                    played = run_interleaved([envs[p.name] for p in order], order, seed=seed + i)
+                    for policy, run in zip(order, played, strict=True):
+                        runs[policy.name].append(run)
                     bar.update(len(policies))
             finally:
-                for sibling in envs[1:]:
+                for sibling in siblings:
                     sibling.close()
         else:  # live: one at a time, in turn
             for i in range(episodes):
