@@ -64,6 +64,19 @@ class ComparisonReport:
         """The better of ``threshold:tuned`` and ``sweep`` (None if neither ran)."""
         return engineer(self.results)
 
+    @property
+    def engineer_by_tuning(self) -> PolicyResult | None:
+        """The engineer who picks on their own benchmark: of ``threshold:tuned`` and ``sweep``,
+        the one with more tokens/s on the tuning seeds both were tuned on (None unless both ran
+        with their tuning recorded on the same seeds). :attr:`engineer` picks on the judged
+        episodes themselves, which no benchmark can: where the two differ, the judged episodes
+        favour the schedule the benchmark did not pick."""
+        records = [self.tuning.get(name) for name in ENGINEER]
+        ran = [self.result(name) for name in ENGINEER]
+        if None in records or None in ran or records[0]["seeds"] != records[1]["seeds"]:
+            return None
+        return max(zip(records, ran), key=lambda pair: pair[0]["tokens_per_s"])[1]
+
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
         in the steps of that bucket."""
@@ -124,6 +137,9 @@ class ComparisonReport:
             "engineer": None
             if self.engineer is None
             else {"policy": self.engineer.policy, "tokens_per_s": self.engineer.tokens_per_s},
+            "engineer_by_tuning": None
+            if (own := self.engineer_by_tuning) is None
+            else {"policy": own.policy, "tokens_per_s": own.tokens_per_s},
             "tuning": self.tuning,
             "interleaved": self.interleaved,
         }
@@ -181,6 +197,13 @@ class ComparisonReport:
             ran = [name for name in ENGINEER if self.result(name)]
             better = f", the better of {' and '.join(ran)}" if len(ran) > 1 else ""
             notes.append(f"the engineer: {eng.policy} ({eng.tokens_per_s:.0f} tokens/s){better}")
+            own = self.engineer_by_tuning
+            if own is not None and own.policy != eng.policy:
+                notes.append(
+                    f"on its tuning seeds the benchmark picks {own.policy}, "
+                    f"{own.tokens_per_s / eng.tokens_per_s:.4f}x the engineer here: "
+                    "the engineer's pick between the two is made on these episodes"
+                )
         for name, tuning in self.tuning.items():
             notes.append(f"{name}: {tuning['described']}")
         if note := self.speed_note():

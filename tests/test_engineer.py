@@ -185,3 +185,34 @@ def test_scorers_share_their_episodes_inside_shared_episodes(monkeypatch, tmp_pa
     played.clear()
     score(_env())  # the block's episodes are gone with it
     assert played == [0, 1]
+
+
+def test_the_engineer_by_tuning_is_the_schedule_its_benchmark_picked():
+    from specrl.compare import ComparisonReport
+    from specrl.results import PolicyResult
+
+    def result(name, rate):
+        return PolicyResult(name, rate, {}, {}, 0.1, 0.2, episode_tokens_per_s=[rate])
+
+    def tuned(rate, seeds=(50_000, 50_001)):
+        return {"tokens_per_s": rate, "seeds": list(seeds), "described": "tuned"}
+
+    results = [result("off", 90.0), result("threshold:tuned", 101.0), result("sweep", 100.0)]
+    # On its tuning seeds the sweep scored higher; on these episodes the threshold does.
+    tuning = {"threshold:tuned": tuned(99.0), "sweep": tuned(99.5)}
+    report = ComparisonReport("surrogate", "w", 20_000, 1, results, tuning)
+    assert report.engineer.policy == "threshold:tuned"
+    assert report.engineer_by_tuning.policy == "sweep"
+    assert report.to_json()["engineer_by_tuning"] == {"policy": "sweep", "tokens_per_s": 100.0}
+    text = report.format()
+    assert "on its tuning seeds the benchmark picks sweep, 0.9901x the engineer here" in text
+    # Where the benchmark picks what these episodes favour, no note.
+    tuning["threshold:tuned"] = tuned(99.9)
+    assert report.engineer_by_tuning.policy == "threshold:tuned"
+    assert "the benchmark picks" not in report.format()
+    # Tuned on other seeds, or one not tuned at all: no pick to report.
+    tuning["sweep"] = tuned(99.5, seeds=(50_002, 50_003))
+    assert report.engineer_by_tuning is None
+    del tuning["sweep"]
+    assert report.engineer_by_tuning is None
+    assert report.to_json()["engineer_by_tuning"] is None

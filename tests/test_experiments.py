@@ -323,10 +323,17 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
     trt = max(rate["threshold:tuned"], rate["sweep:trtllm"])
     assert row["trtllm"]["ratio"] == pytest.approx(rate["schedule:trtllm"] / trt)
     assert row["oracle"]["ratio"] == pytest.approx(rate["oracle"] / eng)
+    # Beside it, the engineer who picks the better of the two on the tuning seeds.
+    tuned = report["tuning"]
+    own = max(("threshold:tuned", "sweep"), key=lambda n: tuned[n]["tokens_per_s"])
+    assert row["engineer_by_tuning"] == own
+    assert row["by_tuning"]["engineer"]["ratio"] == pytest.approx(eng / rate[own])
+    assert row["by_tuning"]["vllm"]["ratio"] == pytest.approx(rate["schedule:vllm"] / rate[own])
     for fmt in ("vllm", "trtllm", "sglang"):  # the stacks' search tunes on SEARCH_EPISODES
         seeds = json.loads((out / f"{fmt}.json").read_text())["specrl"]["chosen_by"]["seeds"]
         assert seeds == list(range(50_000, 50_000 + SEARCH_EPISODES))
     assert "| ramp | " in (out / "engineer.md").read_text()
+    assert f"| ramp | {own} | " in (out / "engineer.md").read_text()
     # --judge-only judges the same files again, without a search: the same figures.
     assert engineer.main([*argv, "--judge-only"]) == 0
     again = json.loads((out / "engineer.json").read_text())
