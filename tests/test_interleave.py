@@ -4,12 +4,12 @@ each episode is the one it would be alone, and the episode that has served least
 from __future__ import annotations
 
 import pytest
+from test_request_acceptance import _micro_profile
 
 from specrl.compare import compare_policies
 from specrl.envs import LiveSpecEnv, SurrogateSpecEnv, run_episode, run_interleaved
 from specrl.errors import SpecrlError
 from specrl.policies import make_policy
-from specrl.profile import pair_fingerprint
 from specrl.profile.synthetic import linear_profile
 from specrl.workload import LengthDist
 
@@ -78,8 +78,6 @@ def test_interleaving_refuses_shared_or_missing_envs():
 
 
 def _live(micro_pair) -> LiveSpecEnv:
-    profile = linear_profile(k_max=3, level_spread=1.0)
-    profile.fingerprint = pair_fingerprint(micro_pair, k_max=3)
     return LiveSpecEnv(
         pair=micro_pair,
         workload="steady-4",
@@ -88,7 +86,7 @@ def _live(micro_pair) -> LiveSpecEnv:
         max_len=64,
         k_max=3,
         reference_tokens_per_s=100.0,
-        profile=profile,
+        profile=_micro_profile(micro_pair),
         acceptance_estimate="usable",
     )
 
