@@ -272,7 +272,7 @@ def _row(report, workload: str, formats) -> dict:
     if own_eng is not None:
         row["engineer_by_tuning"] = own_eng
         row["by_tuning"] = {
-            "engineer": _ratio(report, own_eng, eng),
+            "engineer": _ratio(report, eng, own_eng),
             "learned": _ratio(report, "lookup:learned.json", own_eng),
             "native": _ratio(report, "lookup:table.json", own_eng),
         }
