@@ -11,7 +11,8 @@ range is not one a single run can tell from the machine's noise.
 
 When the engineer's baselines ran (``threshold:tuned`` and ``sweep``, tuned in the surrogate
 on seeds apart from the comparison's: :mod:`specrl.policies.engineer`), every policy is also
-rated against "the engineer", the better of the two, and the table says how each was tuned.
+rated against "the engineer", the better of the two on the comparison's own episodes, and the
+table says how each was tuned and, where their tuning seeds pick the other, which.
 
 Live, against the profile the env reads, each episode also times the machine
 (:mod:`specrl.profile.speed`): the table's notes give each policy's range of speeds, and say
@@ -147,7 +148,8 @@ class ComparisonReport:
     def format(self) -> str:
         """A Markdown table: tokens/s, ratios to best static, the engineer and off, each
         bucket, TPOT; then the best static policy overall and per bucket, naming the static
-        policies it was chosen among, how the engineer's baselines were tuned, and the fewest
+        policies it was chosen among, how the engineer's baselines were tuned (and which of
+        the two their tuning seeds pick, where that is not the engineer), and the fewest
         steps any policy took in each bucket. The best static column and lines are left out
         with fewer than two static policies: one policy is no finding."""
         off, eng = self.result("off"), self.engineer
