@@ -182,10 +182,12 @@ def test_cli_writes_json_and_csv(tmp_path, capsys):
         "best_static",
         "best_static_by_bucket",
         "engineer",
+        "engineer_by_tuning",
         "tuning",
         "interleaved",
     }
     assert data["engineer"] is None and data["tuning"] == {}  # neither tuned baseline ran
+    assert data["engineer_by_tuning"] is None
     assert data["interleaved"] is False
     for label, name in data["best_static_by_bucket"].items():
         rates = {r["policy"]: r["bucket_tokens_per_s"].get(label, 0) for r in data["results"]}
