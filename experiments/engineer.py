@@ -267,9 +267,10 @@ def _row(report, workload: str, formats) -> dict:
         row["own_vs_oracle"] = _ratio(report, own, "oracle")
     for fmt in formats:
         row[fmt] = _ratio(report, f"schedule:{fmt}", trt_eng if fmt == "trtllm" else eng)
-    own_eng = _picked_by_tuning(report, ("threshold:tuned", "sweep"))
-    own_trt = _picked_by_tuning(report, ("threshold:tuned", "sweep:trtllm"))
-    if own_eng is not None:
+    picked = report.engineer_by_tuning
+    own_trt = report.picked_by_tuning(("threshold:tuned", "sweep:trtllm"))
+    if picked is not None:
+        own_eng = picked.policy
         row["engineer_by_tuning"] = own_eng
         row["by_tuning"] = {
             "engineer": _ratio(report, eng, own_eng),
@@ -277,22 +278,9 @@ def _row(report, workload: str, formats) -> dict:
             "native": _ratio(report, "lookup:table.json", own_eng),
         }
         for fmt in formats:
-            ref = own_trt if fmt == "trtllm" and own_trt else own_eng
+            ref = own_trt.policy if fmt == "trtllm" and own_trt else own_eng
             row["by_tuning"][fmt] = _ratio(report, f"schedule:{fmt}", ref)
     return row
-
-
-def _picked_by_tuning(report, names) -> str | None:
-    """Of ``names``, the one with most tokens/s on the tuning seeds they were all tuned on:
-    the engineer who picks on their own benchmark (None unless each ran with its tuning
-    recorded on the same seeds). The engineer of the other columns picks on the held-out
-    episodes that judge it."""
-    records = [report.tuning.get(n) for n in names]
-    if any(r is None or report.result(n) is None for r, n in zip(records, names, strict=True)):
-        return None
-    if any(r["seeds"] != records[0]["seeds"] for r in records):
-        return None
-    return max(zip(names, records, strict=True), key=lambda pair: pair[1]["tokens_per_s"])[0]
 
 
 def _markdown(args: Args, rows: list[dict], formats, profile_path, run_dir: Path) -> str:

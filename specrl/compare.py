@@ -68,15 +68,23 @@ class ComparisonReport:
     @property
     def engineer_by_tuning(self) -> PolicyResult | None:
         """The engineer who picks on their own benchmark: of ``threshold:tuned`` and ``sweep``,
-        the one with more tokens/s on the tuning seeds both were tuned on (None unless both ran
-        with their tuning recorded on the same seeds). :attr:`engineer` picks on the judged
-        episodes themselves, which no benchmark can: where the two differ, the judged episodes
-        favour the schedule the benchmark did not pick."""
-        records = [self.tuning.get(name) for name in ENGINEER]
-        ran = [self.result(name) for name in ENGINEER]
-        if None in records or None in ran or records[0]["seeds"] != records[1]["seeds"]:
+        the one with more tokens/s on the tuning seeds both were tuned on
+        (:meth:`picked_by_tuning`). :attr:`engineer` picks on the judged episodes themselves,
+        which no benchmark can: where the two differ, the judged episodes favour the schedule
+        the benchmark did not pick."""
+        return self.picked_by_tuning(ENGINEER)
+
+    def picked_by_tuning(self, names) -> PolicyResult | None:
+        """Of the tuned policies ``names``, the one with most tokens/s on the tuning seeds they
+        were all tuned on (ties: the first); None unless each ran with its tuning recorded on
+        the same seeds."""
+        records = [self.tuning.get(name) for name in names]
+        ran = [self.result(name) for name in names]
+        if None in records or None in ran:
             return None
-        return max(zip(records, ran), key=lambda pair: pair[0]["tokens_per_s"])[1]
+        if any(r["seeds"] != records[0]["seeds"] for r in records):
+            return None
+        return max(zip(records, ran, strict=True), key=lambda pair: pair[0]["tokens_per_s"])[1]
 
     def best_static_by_bucket(self) -> dict[str, str]:
         """Per batch bucket, the static policy (off or a fixed K) with the highest tokens/s
