@@ -95,8 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="the search's tuning episodes per table or schedule and workload (each search "
-        "confirms on as many more); default: 2 for the native table, 8 for a stack's "
-        "schedule (specrl.train.search.NATIVE_EPISODES, SEARCH_EPISODES)",
+        "confirms on as many more); default: 8 (specrl.train.search.NATIVE_EPISODES for "
+        "the native table, SEARCH_EPISODES for a stack's schedule)",
     )
     parser.add_argument(
         "--no-search",

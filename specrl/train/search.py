@@ -94,10 +94,11 @@ SEARCH_EPISODES = 8
 :data:`specrl.seeds.TUNE_SEED`): the engineer tunes on
 :data:`~specrl.policies.engineer.TUNE_EPISODES`, and a schedule chosen on that few fits
 their draws of acceptance and arrivals (docs/stacks.md)."""
-NATIVE_EPISODES = TUNE_EPISODES
+NATIVE_EPISODES = SEARCH_EPISODES
 """Tuning episodes per table and workload in the native table's search, and as many again
-on the confirmation seeds (:mod:`specrl.train.table_search`): it plays about three times
-the stack search's tables per episode, and the confirmation seeds guard its moves."""
+on the confirmation seeds (:mod:`specrl.train.table_search`): the learned table and the
+engineer's sweep are often level on the training mix, and on fewer episodes the search keeps
+whichever the seeds' draws favour (docs/stacks.md)."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
 GEOMETRIC = Scorer.objective
 
