@@ -53,6 +53,13 @@ mid-sized admissions of a steady batch of 64 are charged at the longest rows' co
 DEMO_WARM_START_EPISODES = 4
 """Episodes of each training workload the demo's warm start clones the oracle on: the demo's
 budget (``specrl train`` clones on 16)."""
+DEMO_EVAL_EPISODES = 1
+"""Episodes of each evaluation workload the demo's training picks its model on: the demo's
+budget (``specrl train`` evaluates on 4)."""
+DEMO_NATIVE_EPISODES = 2
+"""Tuning (and confirmation) episodes per workload of the demo's native table search: the
+demo's budget (``specrl export`` searches on
+:data:`~specrl.train.search.NATIVE_EPISODES`)."""
 
 
 @dataclass
@@ -246,6 +253,7 @@ def _train(profile_path: Path, options: DemoOptions, cache: Path):
         # Five checkpoints over the budget: a demo stopped in training goes on from the last.
         checkpoint_every=max(1, options.timesteps // 5),
         warm_start_episodes=DEMO_WARM_START_EPISODES,
+        eval_episodes=DEMO_EVAL_EPISODES,
     )
     # The demo owns its cache: a run there from another version's defaults is trained again.
     how = train_or_resume(config, on_change="restart", say=_say, progress=options.progress)
@@ -361,7 +369,11 @@ def _export(train_dir: Path, run_dir: Path, options: DemoOptions, artifacts: dic
     from specrl.train.exports import write_exports
 
     written = write_exports(
-        TrainedRun.load(train_dir), run_dir, search=True, progress=options.progress
+        TrainedRun.load(train_dir),
+        run_dir,
+        search=True,
+        progress=options.progress,
+        native_episodes=DEMO_NATIVE_EPISODES,
     )
     if not written.fidelity.passed:
         _say("  WARNING: the table misses the fidelity goals; it is compared as it is")

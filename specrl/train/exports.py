@@ -53,19 +53,23 @@ def write_exports(
     search: bool,
     progress: bool,
     search_episodes: int | None = None,
+    native_episodes: int | None = None,
 ) -> Exports:
     """The run's native table (checked against its policy; with ``search``, the best table
     searched from it) and each stack's file in ``where``: its best schedule (``search``), else
     the table collapsed at its operating acceptance. A format that cannot hold the table is
     recorded, not raised. ``search_episodes``: the searches' tuning episodes per workload
     (None: :data:`~specrl.train.search.NATIVE_EPISODES` for the native table,
-    :data:`~specrl.train.search.SEARCH_EPISODES` for the stacks)."""
+    :data:`~specrl.train.search.SEARCH_EPISODES` for the stacks); ``native_episodes``, where
+    given, the native table's alone."""
     episodes = {} if search_episodes is None else {"episodes": search_episodes}
+    native_count = search_episodes if native_episodes is None else native_episodes
+    native_kw = {} if native_count is None else {"episodes": native_count}
     learned, fidelity = checked_table(run, progress=progress)
     native = where / NATIVE_FILE
     native_search = None
     if search:
-        native_search = search_native(run, learned, progress=progress, **episodes)
+        native_search = search_native(run, learned, progress=progress, **native_kw)
         native_file(learned, native_search).save(native)
     else:
         learned.save(native)
