@@ -192,8 +192,10 @@ class TrainConfig:
     the last weights are not always the best."""
     eval_workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_EVAL_WORKLOADS
     """Workload presets of the held-out evaluation."""
-    eval_episodes: Annotated[int, value(positive_int)] = 1
-    """Episodes per evaluation workload."""
+    eval_episodes: Annotated[int, value(positive_int)] = 4
+    """Episodes per evaluation workload. The run's model is the best-evaluated one, so the
+    evaluation picks it: on one episode a workload the pick follows that episode's draws of
+    arrivals and acceptance as much as the model (docs/training.md)."""
     eval_seed: Annotated[int, value(SEED)] = EVAL_SEED
     """Evaluation episode ``i`` is reset with ``eval_seed + i``: far from the training
     envs' seeds, so evaluation never replays a training stream."""

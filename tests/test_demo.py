@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from specrl.demo import (
+    DEMO_EVAL_EPISODES,
+    DEMO_NATIVE_EPISODES,
     DEMO_WARM_START_EPISODES,
     SURROGATE_WORKLOADS,
     DemoOptions,
@@ -48,6 +50,7 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     from specrl.config import CONFIG_FILE, SUMMARY_FILE, TrainConfig
     from specrl.profile import pair_fingerprint
     from specrl.profile.measure import measure_profile
+    from specrl.train.search import NATIVE_EPISODES, SEARCH_EPISODES
 
     home = Path(micro_pair_paths.target_path).parents[2]  # HOME/pairs/micro/target
     monkeypatch.setenv("SPECRL_HOME", str(home))  # the demo builds nothing: it is built there
@@ -73,6 +76,13 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     trained = json.loads((result.train_dir / CONFIG_FILE).read_text())
     assert trained["warm_start_episodes"] == DEMO_WARM_START_EPISODES == 4
     assert TrainConfig().warm_start_episodes == 16
+    # ... picks its model on one evaluation episode a workload, not specrl train's four ...
+    assert trained["eval_episodes"] == DEMO_EVAL_EPISODES == 1
+    assert TrainConfig().eval_episodes == 4
+    # ... and searches its native table on two episodes a workload, not specrl export's eight.
+    chosen_by = load_table(run / "table.json").provenance["chosen_by"]
+    assert len(chosen_by["seeds"]) == len(chosen_by["confirm_seeds"]) == DEMO_NATIVE_EPISODES
+    assert DEMO_NATIVE_EPISODES == 2 < NATIVE_EPISODES == SEARCH_EPISODES == 8
     assert result.train_dir.parent == tmp_path / "demo-cache"
 
     reports = [f"surrogate-{w}" for w in SURROGATE_WORKLOADS] + ["live-mixed"]

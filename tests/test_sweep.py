@@ -38,6 +38,7 @@ TINY_TRAIN = {
     "checkpoint_every": 128,
     "eval_every": 256,
     "eval_workloads": ["ramp"],
+    "eval_episodes": 1,
     "warm_start_episodes": 1,
     "warm_start_epochs": 10,
 }

@@ -30,6 +30,7 @@ def tiny(out: Path, profile_path: Path, **changes) -> TrainConfig:
         checkpoint_every=256,
         eval_every=256,
         eval_workloads=("ramp",),
+        eval_episodes=1,
         wandb="disabled",
     )
     settings.update(changes)
