@@ -59,6 +59,7 @@ class PPOPolicy(KPolicy):
         max_batch: int | None = None,
         k_max: int | None = None,
         config=None,
+        acceptance_estimate: str | None = None,
     ) -> PPOPolicy:
         """The policy of a ``specrl train`` run (``RUN_DIR/model.zip``: its best-evaluated
         model), on the CPU.
@@ -67,14 +68,27 @@ class PPOPolicy(KPolicy):
             refused (the observation scales the batch size by it).
         :param k_max: the env's ``k_max``, if known: a run trained with another is refused.
         :param config: the run's config, where the caller loaded it already.
+        :param acceptance_estimate: the env's observation acceptance, if known: a run trained
+            on another figure is refused (its observation would read another number).
         """
 
         config = load_config(run_dir) if config is None else config
-        for name, wanted in (("max_batch", max_batch), ("k_max", k_max)):
+        checks = (
+            ("max_batch", max_batch),
+            ("k_max", k_max),
+            ("acceptance_estimate", acceptance_estimate),
+        )
+        for name, wanted in checks:
             if wanted is not None and getattr(config, name) != wanted:
+                fix = (
+                    f"build the env with acceptance_estimate={getattr(config, name)!r} "
+                    "(`specrl compare` does unless --acceptance-estimate says otherwise)"
+                    if name == "acceptance_estimate"
+                    else "train a run for this env"
+                )
                 raise SpecrlError(
                     f"the run in {run_dir} was trained with {name}={getattr(config, name)}, "
-                    f"the env has {name}={wanted}; train a run for this env"
+                    f"the env has {name}={wanted}; {fix}"
                 )
         path = Path(run_dir) / MODEL_FILE
         if not path.is_file():

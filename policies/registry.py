@@ -66,7 +66,12 @@ def make_policy(
     if kind == "ppo":
         from specrl.policies.ppo import PPOPolicy
 
-        return PPOPolicy.load(args[0], max_batch=max_batch, k_max=k_max)
+        return PPOPolicy.load(
+            args[0],
+            max_batch=max_batch,
+            k_max=k_max,
+            acceptance_estimate=getattr(base, "acceptance_estimate", "steps"),
+        )
     if kind == "lookup":
         from specrl.policies.lookup import LookupPolicy
 
@@ -99,6 +104,33 @@ def make_policy(
             k_max=k_max,
         )
     return Oracle(env)
+
+
+def trained_estimate(specs: list[str], default: str = "steps") -> str:
+    """The acceptance estimate the ``lookup:`` tables and ``ppo:`` runs among ``specs`` were
+    trained on (a table's provenance ``acceptance_estimate``, a run's config), so that a
+    comparison builds its env with the observation they read; ``default`` where ``specs``
+    names none. Policies trained on different estimates cannot share one env's observation:
+    a SpecrlError names them."""
+    found: dict[str, str] = {}
+    for spec in specs:
+        kind, args = split_spec(spec)
+        if kind == "lookup":
+            from specrl.table import load_table
+
+            found[spec] = load_table(args[0]).provenance.get("acceptance_estimate", "steps")
+        elif kind == "ppo":
+            from specrl.config import load_config
+
+            found[spec] = load_config(args[0]).acceptance_estimate
+    estimates = set(found.values())
+    if len(estimates) > 1:
+        named = ", ".join(f"{spec} ({estimate})" for spec, estimate in found.items())
+        raise SpecrlError(
+            f"the policies were trained on different acceptance estimates: {named}; an env's "
+            "observation holds one: compare them in separate runs (--acceptance-estimate E)"
+        )
+    return estimates.pop() if estimates else default
 
 
 def make_policies(

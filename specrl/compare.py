@@ -423,11 +423,19 @@ def compare_surrogate(
     max_len: int = 384,
     n_requests: int | None = None,
     progress: bool = True,
+    acceptance_estimate: str | None = None,
 ) -> list[ComparisonReport]:
     """One :func:`compare_policies` report per workload preset, in the surrogate on
-    ``profile``, every policy named in ``specs`` (see :func:`specrl.policies.make_policy`)."""
+    ``profile``, every policy named in ``specs`` (see :func:`specrl.policies.make_policy`).
+    ``acceptance_estimate``: the envs' observation acceptance; None: the one the ``lookup:``
+    tables and ``ppo:`` runs in ``specs`` were trained on
+    (:func:`~specrl.policies.registry.trained_estimate`)."""
     from specrl.envs import SurrogateSpecEnv
     from specrl.policies import make_policies
+    from specrl.policies.registry import trained_estimate
+
+    if acceptance_estimate is None:
+        acceptance_estimate = trained_estimate(specs)
 
     kwargs = {"peak": max_batch} | ({"n_requests": n_requests} if n_requests else {})
     reports = []
@@ -439,6 +447,7 @@ def compare_surrogate(
             k_max=k_max,
             max_batch=max_batch,
             max_len=max_len,
+            acceptance_estimate=acceptance_estimate,
         )
         policies = make_policies(specs, env=env)
         reports.append(

@@ -400,6 +400,7 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
     from specrl.envs import LiveSpecEnv
     from specrl.envs.rollout import LIVE_WARMUP_STEPS
     from specrl.policies import default_policies, make_policy
+    from specrl.policies.registry import trained_estimate
 
     lookup = f"lookup:{exported.native}"
     reports = compare_surrogate(
@@ -421,6 +422,7 @@ def _compare(pair, profile, exported: _Exported, options: DemoOptions) -> list:
         max_batch=options.max_batch,
         profile=profile,
         check_profile=False,  # checked above, once
+        acceptance_estimate=trained_estimate([lookup]),  # the observation the table reads
     )
     engineer = mixed.engineer.policy if mixed.engineer else _best_static_spec(mixed)
     specs = list(dict.fromkeys(["off", engineer, lookup]))

@@ -506,16 +506,54 @@ def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_di
         profile=env.profile, workload="ramp", max_batch=8, acceptance_estimate="usable"
     )
     assert make_policy(f"lookup:{path}", env=usable).acceptance_estimate == "usable"
-    # specrl compare serves it only in an env of its estimate.
+    # specrl compare builds its env with the table's estimate, and refuses another.
     from specrl.config import load_config
 
     compare = ["compare", "--workload", "ramp", "--n-requests", "8", "--max-batch", "8"]
     compare += ["--episodes", "1", "--policies", f"off,lookup:{path}"]
     compare += ["--profile", str(load_config(run_dir).profile)]
-    assert main(compare) == 2
+    assert main([*compare, "--acceptance-estimate", "steps"]) == 2
     assert "trained on the 'usable' acceptance estimate" in capsys.readouterr().err
     assert main([*compare, "--acceptance-estimate", "usable"]) == 0
+    usable_out = capsys.readouterr().out
+    assert main(compare) == 0
+    assert capsys.readouterr().out == usable_out  # the same comparison, on the same draws
     bad = table.to_json()
     bad["provenance"]["acceptance_estimate"] = "ema"
     with pytest.raises(SpecrlError, match=r"provenance'?\.acceptance_estimate: expected one of"):
         table_from_json(bad)
+
+
+def test_a_comparison_takes_the_estimate_its_trained_policies_read(tmp_path, run_dir):
+    """``trained_estimate``: the acceptance estimate of the ``lookup:`` tables and ``ppo:``
+    runs compared (the step EMA where none is named), and a SpecrlError naming each where
+    they differ: one env's observation holds one figure. A ``ppo:`` run is refused in an env
+    of another estimate, as a table is."""
+    import shutil
+
+    from specrl.policies.registry import trained_estimate
+
+    other = tmp_path / "usable-run"
+    shutil.copytree(run_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    config["acceptance_estimate"] = "usable"
+    (other / "config.json").write_text(json.dumps(config))
+    steps_table, usable_table = tmp_path / "steps.json", tmp_path / "usable.json"
+    table_from_run(run_dir).save(steps_table)
+    table_from_run(other).save(usable_table)
+
+    assert trained_estimate(["off", "sweep"]) == "steps"
+    assert trained_estimate(["off"], default="requests") == "requests"
+    assert trained_estimate([f"lookup:{steps_table}", f"ppo:{run_dir}"]) == "steps"
+    assert trained_estimate(["off", f"lookup:{usable_table}", f"ppo:{other}"]) == "usable"
+    both = r"different acceptance estimates: .*steps\.json \(steps\), .*usable-run \(usable\)"
+    with pytest.raises(SpecrlError, match=both):
+        trained_estimate([f"lookup:{steps_table}", f"ppo:{other}"])
+
+    env = surrogate(run_dir)  # the step EMA
+    with pytest.raises(SpecrlError, match="trained with acceptance_estimate=usable.*build the env"):
+        make_policy(f"ppo:{other}", env=env)
+    usable = SurrogateSpecEnv(
+        profile=env.profile, workload="ramp", max_batch=8, acceptance_estimate="usable"
+    )
+    assert make_policy(f"ppo:{other}", env=usable).name == "ppo"

@@ -70,10 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--acceptance-estimate",
         choices=ACCEPTANCE_ESTIMATES,
-        default="steps",
-        help="the observation's acceptance, which lookup: tables and the adaptive baselines "
-        "read: the step EMA (steps, default) or a per-request figure (requests, usable), for "
-        "a table trained on one",
+        default=None,
+        help="the observation's acceptance, which lookup: tables, ppo: runs and the adaptive "
+        "baselines read: the step EMA (steps) or a per-request figure (requests, usable). "
+        "Default: the one the lookup: tables and ppo: runs were trained on, else steps",
     )
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--csv", metavar="OUT.csv", help="write the results as CSV")
@@ -146,6 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
     from specrl.policies.oracle import LIVE_REFUSAL
+    from specrl.policies.registry import trained_estimate
 
     for option, path in (("--json", args.json), ("--csv", args.csv)):
         if path:
@@ -160,6 +161,8 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecrlError(
             f"{LIVE_REFUSAL}: drop it from --policies, or compare with --env surrogate"
         )
+    if args.acceptance_estimate is None:  # the observation the trained policies read
+        args.acceptance_estimate = trained_estimate(specs)
     env, profile = make_env(args)
     policies = make_policies(specs, env=env, profile=profile, force=args.force)
     if (
