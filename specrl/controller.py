@@ -14,10 +14,12 @@ Use::
         drafted, accepted = engine.step(k)            # over the whole batch
         controller.observe(drafted, accepted)         # the step ran the K chosen above
 
-A table exported from a run on a per-request estimate (its provenance's
-``acceptance_estimate``, ``"requests"`` or ``"usable"``) carries that estimate's curves, and
-the controller computes it from each request's own accepted runs (:attr:`LookupController.
-requests`, a :class:`specrl.posterior.RequestTracker`; numpy is imported for it)::
+That is a table from a run on the step EMA (``specrl train --acceptance-estimate steps``). A
+table exported from a run on a per-request estimate (its provenance's
+``acceptance_estimate``, ``"usable"``, the training default, or ``"requests"``) carries that
+estimate's curves, and the controller computes it from each request's own accepted runs
+(:attr:`LookupController.requests`, a :class:`specrl.posterior.RequestTracker`; numpy is
+imported for it), at the batch sizes where the table's K depends on it::
 
     controller.requests.add(request_id, temperature=0.7, max_tokens=256)  # as it arrives
     k = controller.choose_k(batch_size, rows=[(request_id, generated), ...], incoming=[...])
@@ -151,11 +153,17 @@ class LookupController:
         self._probe_after = table.probe["after_steps"]
         self._probe_k = table.probe["k"]
         self._last_k = 0
-        # One tuple per (bucket, context bin): K per acceptance bin, the stale K, then
-        # whether the probe may fire there (its scope).
+        # One tuple per (bucket, context bin): K per acceptance bin, the stale K, whether
+        # the probe may fire there (its scope), then whether every acceptance bin holds one
+        # K (the per-request estimate is then not computed: it could not change the K).
         by_bucket = [
             tuple(
-                (*table.cell(b, c), table.stale(b, c), table.probes_at(b, c))
+                (
+                    *table.cell(b, c),
+                    table.stale(b, c),
+                    table.probes_at(b, c),
+                    len(set(table.cell(b, c))) == 1,
+                )
                 for c in range(table.n_context)
             )
             for b in range(len(table.batch_buckets))
@@ -215,8 +223,6 @@ class LookupController:
         self, batch_size: int, step_time_s=None, context_len=None, rows=None, incoming=()
     ) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
-        if rows is not None:
-            self._estimate_requests(rows, incoming)
         try:
             if batch_size <= 0:
                 return 0
@@ -234,18 +240,20 @@ class LookupController:
                 cells = cells[0]
             else:
                 cells = cells[bisect_right(self._context_starts, context_len) - 1]
+        if rows is not None:
+            self._estimate_requests(rows, incoming, same_k=cells[-1])
         tracker = self.tracker
         since = tracker.since_measured
         if since >= STALE_STEPS:
             k = cells[self._stale_index]
         else:
             k = cells[bisect_right(self._inner_edges, tracker.estimate)]
-        if k == 0 and since >= self._probe_after and cells[-1]:
+        if k == 0 and since >= self._probe_after and cells[-2]:
             k = self._probe_k
         self._last_k = k
         return k
 
-    def _estimate_requests(self, rows, incoming) -> None:
+    def _estimate_requests(self, rows, incoming, same_k: bool) -> None:
         if self.requests is None:
             if self._per_request:  # built with acceptance_estimate named: the caller's figure
                 raise SpecrlError(
@@ -258,6 +266,10 @@ class LookupController:
                 "reads the steps' estimate; call choose_k(batch_size) and observe() after "
                 "each step"
             )
+        if same_k:  # one K at every acceptance: the figure is fresh, and not needed
+            if self.requests.decodes(rows, incoming):
+                self.tracker.since_measured = 0
+            return
         estimate = self.requests.estimate(rows, incoming)
         if estimate is not None:
             self.tracker.estimate, self.tracker.since_measured = estimate, 0

@@ -292,6 +292,14 @@ class RequestTracker:
             )
         self._posterior.observe(slot, group, generated, accepted, drafted)
 
+    def decodes(self, running, incoming=()) -> bool:
+        """Whether the coming step decodes a row: one of ``running``, or one of ``incoming``
+        that does not end on its prefill token (:meth:`estimate` is then not None). Every id
+        is checked as :meth:`estimate` checks it."""
+        slot, _, _ = self._rows([r for r, _ in running], "estimate")
+        _, _, budget = self._rows(list(incoming), "estimate")
+        return len(slot) > 0 or bool((budget > 1).any())
+
     def estimate(self, running, incoming=()) -> float | None:
         """The per-token acceptance of the coming step: ``running``, its decoding rows as
         ``(request_id, tokens generated)`` pairs, and ``incoming``, the ids of the requests

@@ -324,3 +324,58 @@ def test_the_table_file_round_trips_the_block_and_rejects_a_malformed_one(shippe
         damage(obj)
         with pytest.raises(SpecrlError, match=message):
             table_from_json(obj)
+
+
+def test_the_figure_is_computed_only_where_the_tables_k_depends_on_it(shipped):
+    """Where every acceptance bin of a batch size holds one K, ``choose_k`` does not compute
+    the per-request figure (it could not change the K). Its K is still the table's at the
+    figure a tracker fed the same runs computes at every step, the figure stays fresh (never
+    the stale K), and a request never added is refused there too."""
+    edges = [0.0, 0.5, 0.8, 1.0]
+    table = table_from_policy(
+        lambda b, a, c: min(4, int(a * 5)) if b <= 4 else 0,  # one K above 4 rows
+        k_max=4,
+        max_batch=8,
+        acceptance_edges=edges,
+        provenance={**copy.deepcopy(PROVENANCE), "acceptance_estimate": "usable"},
+        request_acceptance=request_block(shipped, 4),
+    )
+    controller = LookupController(table)
+    reference = RequestTracker(table.request_acceptance, 4, usable=True)
+    calls = []
+    computed = controller.requests.estimate
+    controller.requests.estimate = lambda *a, **kw: calls.append(len(a[0])) or computed(*a, **kw)
+    rng = random.Random(7)
+    generated: dict[int, int] = {}
+    for rid in range(12):
+        temperature = rng.choice([0.0, 0.7])
+        for tracker in (controller.requests, reference):
+            tracker.add(rid, temperature=temperature, max_tokens=40)
+        generated[rid] = 1
+    flat = sloped = 0
+    for _ in range(200):
+        batch = rng.randint(1, 8)
+        rows = [(rid, generated[rid]) for rid in rng.sample(sorted(generated), batch)]
+        before = len(calls)
+        k = controller.choose_k(batch, rows=rows)
+        figure = reference.estimate(rows)
+        assert table.batch_buckets == [[1, 4], [5, 8]]
+        assert k == table.cell(int(batch > 4))[table.acceptance_bin(figure)]
+        assert controller.tracker.since_measured == 0
+        if batch > 4:
+            assert len(calls) == before  # one K: not computed
+            flat += 1
+        else:
+            assert len(calls) == before + 1
+            sloped += 1
+        ids = [rid for rid, _ in rows]
+        drafted = [k] * batch
+        accepted = [rng.randint(0, k) for _ in rows]
+        before_step = [generated[rid] for rid in ids]
+        for tracker in (controller.requests, reference):
+            tracker.observe(ids, before_step, drafted, accepted)
+        for rid, a in zip(ids, accepted):
+            generated[rid] = min(generated[rid] + a + 1, 30)
+    assert flat > 50 and sloped > 50
+    with pytest.raises(SpecrlError, match=r"requests.estimate: request 'z' is not held"):
+        controller.choose_k(6, rows=[("z", 3)])
