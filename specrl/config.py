@@ -104,12 +104,15 @@ class TrainConfig:
     surrogate-trained policy live. The warm start is skipped."""
     force_profile: bool = False
     """env="live": use a profile measured elsewhere, or stale, with a warning."""
-    acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "steps"
-    """What the observation's acceptance is: "steps" (the step EMA a serving controller
-    keeps), "requests" (pooled from each request's posterior over its own accepted runs,
-    :mod:`specrl.posterior`) or "usable" (the same, each row's draft positions
-    cut where its tokens left end). Both envs compute the last two, and so does the
-    LookupController of a table ``specrl export`` writes from such a run."""
+    acceptance_estimate: Annotated[str, value(one_of(*ACCEPTANCE_ESTIMATES))] = "usable"
+    """What the observation's acceptance is: "usable" (default: pooled from each request's
+    posterior over its own accepted runs, :mod:`specrl.posterior`, each row's draft
+    positions cut where its tokens left end), "requests" (the same, uncut) or "steps" (the
+    step EMA over the batch's drafted tokens). Both envs compute each, and so does the
+    LookupController of a table ``specrl export`` writes from the run: a per-request figure
+    from each request's temperature, ``max_tokens`` and accepted runs, which the serving
+    loop passes it; "steps" from the batch's totals alone. The per-request figures need the
+    profile's acceptance levels of this pair (docs/training.md)."""
     workloads: Annotated[tuple[str, ...], comma_list(workload_preset)] = DEFAULT_WORKLOADS
     """Workload presets drawn per episode (uniformly) for training."""
     n_requests: Annotated[int | None, optional(N_REQUESTS)] = None

@@ -32,6 +32,7 @@ def config(root: Path, name: str, **changes) -> TrainConfig:
         preset="micro",
         force_profile=True,  # the synthetic profile names no real machine
         profile=str(profile),
+        acceptance_estimate="steps",  # the per-request ones read the profile's pair's levels
         total_timesteps=48,
         workloads=("steady-2",),
         eval_workloads=("steady-2",),

@@ -14,7 +14,9 @@ from specrl.train import TrainConfig
 
 
 def tiny(out: Path, profile_path: Path, **changes) -> TrainConfig:
-    """A run of seconds: batch up to 8, 8-request traces, a network of 8 units."""
+    """A run of seconds: batch up to 8, 8-request traces, a network of 8 units, on the step
+    EMA: the tests of training, export and resume run on the estimate a table's probe and
+    staleness rules serve; those of the per-request estimates (the default) set it."""
     settings = dict(
         out=str(out),
         total_timesteps=512,
@@ -31,6 +33,7 @@ def tiny(out: Path, profile_path: Path, **changes) -> TrainConfig:
         eval_every=256,
         eval_workloads=("ramp",),
         eval_episodes=1,
+        acceptance_estimate="steps",
         wandb="disabled",
     )
     settings.update(changes)
