@@ -84,6 +84,12 @@ def test_demo_writes_every_artifact_and_prints_the_tables(
     assert len(chosen_by["seeds"]) == len(chosen_by["confirm_seeds"]) == DEMO_NATIVE_EPISODES
     assert DEMO_NATIVE_EPISODES == 2 < NATIVE_EPISODES == SEARCH_EPISODES == 8
     assert result.train_dir.parent == tmp_path / "demo-cache"
+    # The default observation, each request's usable figure: the table carries what its
+    # controller computes it from, and the live comparison served it with that figure.
+    assert trained["acceptance_estimate"] == TrainConfig().acceptance_estimate == "usable"
+    native = load_table(run / "table.json")
+    assert native.provenance["acceptance_estimate"] == "usable"
+    assert native.request_acceptance is not None
 
     reports = [f"surrogate-{w}" for w in SURROGATE_WORKLOADS] + ["live-mixed"]
     exports = []
