@@ -302,7 +302,9 @@ class LiveSpecEnv(SpecEnvBase):
             raise SpecrlError(
                 f"{source}: acceptance_estimate={self.acceptance_estimate!r} reads each "
                 f"request's acceptance levels from the profile, but {why}; measure this pair with "
-                f"`{remeasure_command(self.pair)}` and pass profile=PROFILE.json"
+                f"`{remeasure_command(self.pair)}` and pass it (profile=PROFILE.json, --profile "
+                "PROFILE.json), or observe the step EMA (acceptance_estimate='steps', "
+                "--acceptance-estimate steps)"
             )
         return prof
 

@@ -128,9 +128,24 @@ def trained_estimate(specs: list[str], default: str = "steps") -> str:
         named = ", ".join(f"{spec} ({estimate})" for spec, estimate in found.items())
         raise SpecrlError(
             f"the policies were trained on different acceptance estimates: {named}; an env's "
-            "observation holds one: compare them in separate runs (--acceptance-estimate E)"
+            "observation holds one: compare each estimate's policies in a run of its own"
         )
     return estimates.pop() if estimates else default
+
+
+def observation_estimate(specs: list[str], given: str | None) -> str:
+    """The acceptance estimate a comparison of ``specs`` observes: ``given`` (a command's
+    ``--acceptance-estimate``) or, when None, the one its trained policies read
+    (:func:`trained_estimate`). Refused before any env is built where ``given`` differs from
+    theirs."""
+    trained = trained_estimate(specs, default=given or "steps")
+    if given is not None and trained != given:
+        raise SpecrlError(
+            f"--acceptance-estimate {given}: the lookup: tables and ppo: runs compared were "
+            f"trained on {trained!r}, and read only that figure; drop the option (the default "
+            "is theirs), or compare policies trained on it"
+        )
+    return trained
 
 
 def make_policies(

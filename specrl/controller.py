@@ -89,7 +89,9 @@ class LookupController:
 
     :attr:`requests` is the per-request estimate's :class:`~specrl.posterior.RequestTracker`
     where the controller computes that estimate itself (``acceptance_estimate=None``), else
-    None.
+    None. It computes the figure only at a batch size (and context bin) whose acceptance bins
+    hold more than one K; elsewhere the figure could not change the K, and :attr:`tracker`
+    keeps the figure of the last step that computed it, marked fresh.
     """
 
     __slots__ = (
@@ -224,9 +226,10 @@ class LookupController:
     ) -> int:
         """K for the next step of ``batch_size`` rows (see the class for the rules)."""
         try:
-            if batch_size <= 0:
-                return 0
-            if batch_size <= self._max_batch:
+            empty = batch_size <= 0
+            if empty:
+                cells = None
+            elif batch_size <= self._max_batch:
                 cells = self._cells[batch_size]
             else:  # index() refuses 1000.5, nan and inf, which compare above max_batch too
                 cells = self._cells[operator.index(batch_size) and self._max_batch]
@@ -235,6 +238,10 @@ class LookupController:
                 f"choose_k: batch_size must be an integer (rows in the next step), got "
                 f"{batch_size!r}"
             ) from None
+        if empty:  # nothing decoded, nothing to draft for; the rows still move the figure
+            if rows is not None:
+                self._estimate_requests(rows, incoming, same_k=False)
+            return 0
         if self._context_starts is not None:
             if context_len is None or context_len < 1:
                 cells = cells[0]

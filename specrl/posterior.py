@@ -296,7 +296,9 @@ class RequestTracker:
         """Whether the coming step decodes a row: one of ``running``, or one of ``incoming``
         that does not end on its prefill token (:meth:`estimate` is then not None). Every id
         is checked as :meth:`estimate` checks it."""
+        running = list(running)
         slot, _, _ = self._rows([r for r, _ in running], "estimate")
+        np.array([g for _, g in running], dtype=np.int64)  # refused as estimate refuses it
         _, _, budget = self._rows(list(incoming), "estimate")
         return len(slot) > 0 or bool((budget > 1).any())
 

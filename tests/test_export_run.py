@@ -513,7 +513,10 @@ def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_di
     compare += ["--episodes", "1", "--policies", f"off,lookup:{path}"]
     compare += ["--profile", str(load_config(run_dir).profile)]
     assert main([*compare, "--acceptance-estimate", "steps"]) == 2
-    assert "trained on the 'usable' acceptance estimate" in capsys.readouterr().err
+    assert (
+        "--acceptance-estimate steps: the lookup: tables and ppo: runs compared were "
+        "trained on 'usable'" in capsys.readouterr().err
+    )
     assert main([*compare, "--acceptance-estimate", "usable"]) == 0
     usable_out = capsys.readouterr().out
     assert main(compare) == 0
@@ -524,14 +527,15 @@ def test_a_per_request_runs_table_is_read_with_its_own_estimate(tmp_path, run_di
         table_from_json(bad)
 
 
-def test_a_comparison_takes_the_estimate_its_trained_policies_read(tmp_path, run_dir):
+def test_a_comparison_takes_the_estimate_its_trained_policies_read(tmp_path, run_dir, capsys):
     """``trained_estimate``: the acceptance estimate of the ``lookup:`` tables and ``ppo:``
     runs compared (the step EMA where none is named), and a SpecrlError naming each where
     they differ: one env's observation holds one figure. A ``ppo:`` run is refused in an env
     of another estimate, as a table is."""
     import shutil
 
-    from specrl.policies.registry import trained_estimate
+    from specrl.config import load_config
+    from specrl.policies.registry import observation_estimate, trained_estimate
 
     other = tmp_path / "usable-run"
     shutil.copytree(run_dir, other)
@@ -549,6 +553,33 @@ def test_a_comparison_takes_the_estimate_its_trained_policies_read(tmp_path, run
     both = r"different acceptance estimates: .*steps\.json \(steps\), .*usable-run \(usable\)"
     with pytest.raises(SpecrlError, match=both):
         trained_estimate([f"lookup:{steps_table}", f"ppo:{other}"])
+
+    assert observation_estimate([f"lookup:{usable_table}"], None) == "usable"
+    assert observation_estimate(["off"], None) == "steps"
+    assert observation_estimate(["off"], "requests") == "requests"
+    with pytest.raises(SpecrlError, match="--acceptance-estimate steps: .* trained on 'usable'"):
+        observation_estimate(["off", f"ppo:{other}"], "steps")
+    # validate-surrogate refuses it before it loads the pair or builds an env.
+    validate = ["validate-surrogate", "--profile", str(load_config(run_dir).profile)]
+    validate += ["--policies", f"off,lookup:{usable_table}", "--acceptance-estimate", "steps"]
+    assert main(validate) == 2
+    assert "trained on 'usable'" in capsys.readouterr().err
+
+    # A warm start from a table of the other figure is refused before the run writes anything.
+    profile = Path(load_config(run_dir).profile)
+    fresh = tiny(
+        tmp_path / "warm",
+        profile,
+        warm_start=f"lookup:{steps_table}",
+        acceptance_estimate="usable",
+    )
+    with pytest.raises(
+        SpecrlError,
+        match=r"--warm-start lookup:.*steps\.json was trained on the 'steps' acceptance "
+        r"estimate, and this run observes 'usable'; pass --acceptance-estimate steps",
+    ):
+        train(fresh, progress=False)
+    assert not (tmp_path / "warm").exists()
 
     env = surrogate(run_dir)  # the step EMA
     with pytest.raises(SpecrlError, match="trained with acceptance_estimate=usable.*build the env"):

@@ -377,5 +377,8 @@ def test_the_figure_is_computed_only_where_the_tables_k_depends_on_it(shipped):
         for rid, a in zip(ids, accepted):
             generated[rid] = min(generated[rid] + a + 1, 30)
     assert flat > 50 and sloped > 50
-    with pytest.raises(SpecrlError, match=r"requests.estimate: request 'z' is not held"):
-        controller.choose_k(6, rows=[("z", 3)])
+    for batch in (6, 0):  # the rows are checked where the figure is not computed too
+        with pytest.raises(SpecrlError, match=r"requests.estimate: request 'z' is not held"):
+            controller.choose_k(batch, rows=[("z", 3)])
+    with pytest.raises(ValueError):
+        controller.choose_k(6, rows=[(0, "x")])

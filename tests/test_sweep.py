@@ -351,6 +351,18 @@ def test_a_trial_continues_from_its_last_checkpoint_and_is_not_retrained(tmp_pat
     stamp = (where / METRICS_FILE).stat().st_mtime_ns
     assert run_trial(trial, tmp_path) == record  # finished: returned as it is
     assert (where / METRICS_FILE).stat().st_mtime_ns == stamp
+    # Finished under other defaults (the observation of stop 68's runs): refused, not mixed
+    # into the new trials' mean; the record and the run are left as they are.
+    saved = json.loads((where / "run" / "config.json").read_text())
+    (where / "run" / "config.json").write_text(
+        json.dumps({**saved, "acceptance_estimate": "steps"})
+    )
+    with pytest.raises(
+        SpecrlError, match=r"acceptance_estimate: 'steps' then, 'usable' now.*defaults changed"
+    ):
+        run_trial(trial, tmp_path)
+    assert (where / METRICS_FILE).stat().st_mtime_ns == stamp
+    (where / "run" / "config.json").write_text(json.dumps(saved))
     # Stopped after its final checkpoint, before its summary: on from the checkpoint before.
     for name in (METRICS_FILE, "run/summary.json", "run/model.zip"):
         (where / name).unlink()

@@ -152,3 +152,17 @@ def test_init_fine_tunes_a_trained_run_from_its_weights(home, tmp_path):
     assert result.num_timesteps == 16
     with pytest.raises(SpecrlError, match="k_max=4, this run has k_max=3"):
         train(config(tmp_path, "bad", init=str(tmp_path / "surrogate"), k_max=3), progress=False)
+    # Another observation: the network would read another figure as the one it learned on.
+    other = config(
+        tmp_path,
+        "other",
+        env="surrogate",
+        init=str(tmp_path / "surrogate"),
+        acceptance_estimate="usable",
+    )
+    with pytest.raises(
+        SpecrlError,
+        match=r"acceptance_estimate=steps, this run has acceptance_estimate=usable; "
+        r"they must match \(pass --acceptance-estimate steps\)",
+    ):
+        train(other, progress=False)

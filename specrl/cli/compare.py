@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     from specrl.envs.rollout import LIVE_WARMUP_STEPS, odd_rounds_note
     from specrl.policies import default_policies, make_policies, parse_policies
     from specrl.policies.oracle import LIVE_REFUSAL
-    from specrl.policies.registry import trained_estimate
+    from specrl.policies.registry import observation_estimate
 
     for option, path in (("--json", args.json), ("--csv", args.csv)):
         if path:
@@ -161,8 +161,8 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecrlError(
             f"{LIVE_REFUSAL}: drop it from --policies, or compare with --env surrogate"
         )
-    if args.acceptance_estimate is None:  # the observation the trained policies read
-        args.acceptance_estimate = trained_estimate(specs)
+    # The observation the trained policies read, refused early where the option names another.
+    args.acceptance_estimate = observation_estimate(specs, args.acceptance_estimate)
     env, profile = make_env(args)
     policies = make_policies(specs, env=env, profile=profile, force=args.force)
     if (

@@ -103,10 +103,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     val.add_argument(
         "--acceptance-estimate",
         choices=ACCEPTANCE_ESTIMATES,
-        default="steps",
-        help="the observation's acceptance in both envs: the step EMA (steps, default) or "
-        "pooled from each request's own accepted runs (requests, usable; the live env reads "
-        "the profile's acceptance for them)",
+        default=None,
+        help="the observation's acceptance in both envs: the step EMA (steps) or pooled from "
+        "each request's own accepted runs (requests, usable; the live env reads the profile's "
+        "acceptance for them). Default: the one the lookup: tables and ppo: runs in "
+        "--policies were trained on, else steps",
     )
     val.add_argument(
         "--no-speed-check",
@@ -158,6 +159,9 @@ def validate(args: argparse.Namespace) -> int:
         from specrl.policies.oracle import LIVE_REFUSAL
 
         raise SpecrlError(f"{LIVE_REFUSAL}: drop it from --policies")
+    from specrl.policies.registry import observation_estimate
+
+    args.acceptance_estimate = observation_estimate(specs, args.acceptance_estimate)
     if args.measure and args.acceptance_estimate != "steps":
         raise SpecrlError(
             f"--acceptance-estimate {args.acceptance_estimate} reads the profile's acceptance "

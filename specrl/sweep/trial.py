@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 
 from specrl.compare import compare_surrogate
+from specrl.config import CONFIG_FILE, RESUMABLE_CHANGES, load_config
 from specrl.errors import SpecrlError
 from specrl.files import read_json, write_json
 from specrl.policies import default_policies
@@ -63,6 +64,7 @@ def run_trial(trial: Trial, out: str | Path, *, threads: int = 1) -> dict:
             raise SpecrlError(
                 f"{where} holds a trial of another spec; give the sweep another --out"
             )
+        _check_trained_as_now(trial, where)
         return record
     (where / ERROR_FILE).unlink(missing_ok=True)
     try:
@@ -75,13 +77,34 @@ def run_trial(trial: Trial, out: str | Path, *, threads: int = 1) -> dict:
         raise
 
 
+def _check_trained_as_now(trial: Trial, where: Path) -> None:
+    """Refuse a finished trial whose run this specrl would train otherwise (a default changed
+    since, such as the acceptance estimate): its figures would sit beside the new trials'
+    in one mean. The torch threads and what a resume may change do not count; a trial whose
+    run directory is gone keeps its record."""
+    if not (where / "run" / CONFIG_FILE).is_file():
+        return
+    saved = load_config(where / "run")
+    now = trial.config(saved.out, threads=saved.torch_threads)
+    changed = [n for n in now.changes_from(saved) if n not in RESUMABLE_CHANGES]
+    if changed:
+        detail = ", ".join(
+            f"{n}: {getattr(saved, n)!r} then, {getattr(now, n)!r} now" for n in changed
+        )
+        raise SpecrlError(
+            f"{where} finished with training settings this specrl no longer uses ({detail}): "
+            "specrl's defaults changed since; give the sweep another --out, or delete "
+            f"{where} to run the trial again"
+        )
+
+
 def _run(trial: Trial, where: Path, threads: int) -> dict:
     config = trial.config(str(where / "run"), threads=threads)
     stamps = [time.perf_counter()]
     training = train_or_resume(
         config,
-        hint="the spec or --cpus-per-trial changed since it started; resume with the ones it "
-        "was started with, or give the sweep another --out",
+        hint="the spec, --cpus-per-trial or specrl's defaults changed since it started; "
+        "resume with the ones it was started with, or give the sweep another --out",
     )
     stamps.append(time.perf_counter())
     exports, specs = export_all(config.out, where, search=trial.search)

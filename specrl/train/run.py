@@ -45,7 +45,7 @@ from specrl.train.envs import (
 from specrl.train.evaluate import EvalResult, Evaluation
 from specrl.train.logs import close_logs, make_logger, start_wandb, tensorboard_dir
 from specrl.train.state import SurrogateEpisodes, set_rng_state, set_vec_normalize_state
-from specrl.train.warm_start import warm_start
+from specrl.train.warm_start import check_teacher, warm_start
 
 SUMMARY_FORMAT = "specrl-train-summary"
 SUMMARY_VERSION = 1
@@ -288,6 +288,7 @@ def check_start(config: TrainConfig, *, resume: bool) -> Checkpoint | None:
     resume goes on from."""
     if not resume:
         _check_fresh(Path(config.out))
+        check_teacher(config)
         return None
     checkpoint = latest_checkpoint(config.out)
     _check_resumable(config, checkpoint)
@@ -374,11 +375,13 @@ def _init_model(config: TrainConfig, vec_env):
     if source.resolve() == Path(config.out).resolve():
         raise SpecrlError(f"--init {source} is this run's own --out; give a finished run")
     theirs = load_config(source)
-    for name in ("k_max", "max_batch"):
+    for name in ("k_max", "max_batch", "acceptance_estimate"):
         if getattr(theirs, name) != getattr(config, name):
+            option = "--" + name.replace("_", "-")
             raise SpecrlError(
                 f"--init {source} was trained with {name}={getattr(theirs, name)}, this run "
-                f"has {name}={getattr(config, name)}; they must match"
+                f"has {name}={getattr(config, name)}; they must match (pass {option} "
+                f"{getattr(theirs, name)})"
             )
     path = source / MODEL_FILE
     if not path.is_file():

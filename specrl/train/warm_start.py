@@ -6,13 +6,31 @@ import numpy as np
 
 from specrl.config import TrainConfig
 from specrl.envs.training import RateReference, decode_part, policy_observation
+from specrl.errors import SpecrlError
 from specrl.policies import make_policy
+from specrl.policies.registry import trained_estimate
 from specrl.profile import Profile
 from specrl.seeds import WARM_START_SEED
 from specrl.train.envs import surrogate_env
 
 CLONE_BATCH = 256
 """States per minibatch of the cloning."""
+
+
+def check_teacher(config: TrainConfig) -> None:
+    """Refuse, before a run starts, a warm start from a ``lookup:`` table or ``ppo:`` run
+    trained on another acceptance estimate than the run observes: it would read the run's
+    figure as its own."""
+    if config.warm_start == "none" or config.init:
+        return
+    theirs = trained_estimate([config.warm_start], default=config.acceptance_estimate)
+    if theirs != config.acceptance_estimate:
+        raise SpecrlError(
+            f"--warm-start {config.warm_start} was trained on the {theirs!r} acceptance "
+            f"estimate, and this run observes {config.acceptance_estimate!r}; pass "
+            f"--acceptance-estimate {theirs}, or warm-start from a teacher that reads this "
+            "run's figure (oracle, a baseline, or a table or run trained on it)"
+        )
 
 
 def warm_start(
