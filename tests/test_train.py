@@ -951,9 +951,14 @@ def test_a_profile_of_your_prompts_trains_on_its_domains_and_bands(tmp_path):
         env.reset(options={"trace": code})
 
     run_dir = tmp_path / "run"
-    train(tiny(run_dir, path), progress=False)
+    # specrl train's own observation: each request's usable figure, on the file's groups.
+    default = TrainConfig(out="unused").acceptance_estimate
+    train(tiny(run_dir, path, acceptance_estimate=default), progress=False)
     table = table_from_run(run_dir)
     assert table.provenance["profile_fingerprint"] == linear_profile().fingerprint
+    assert table.provenance["acceptance_estimate"] == default == "usable"
+    groups = {(g["domain"], g["band"]) for g in table.request_acceptance["groups"]}
+    assert {domain for domain, _ in groups} == {"sql", "user"}
     fidelity = check_fidelity(run_dir, table, episodes=1, progress=False)
     assert fidelity.states > 0
 
