@@ -386,6 +386,11 @@ class TrainConfig:
         """Names of the fields that differ from ``other``."""
         return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
 
+    def unresumable_changes_from(self, other: TrainConfig) -> list[str]:
+        """Names of the fields that differ from ``other`` and a resumed run may not change
+        (all but :data:`RESUMABLE_CHANGES`): a run of ``other`` is not this one."""
+        return [name for name in self.changes_from(other) if name not in RESUMABLE_CHANGES]
+
 
 def load_config(run_dir: str | Path) -> TrainConfig:
     """The config of the run in ``run_dir`` (its ``config.json``)."""

@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 
 from specrl.compare import compare_surrogate
-from specrl.config import CONFIG_FILE, RESUMABLE_CHANGES, load_config
+from specrl.config import CONFIG_FILE, load_config
 from specrl.errors import SpecrlError
 from specrl.files import read_json, write_json
 from specrl.policies import default_policies
@@ -86,7 +86,7 @@ def _check_trained_as_now(trial: Trial, where: Path) -> None:
         return
     saved = load_config(where / "run")
     now = trial.config(saved.out, threads=saved.torch_threads)
-    changed = [n for n in now.changes_from(saved) if n not in RESUMABLE_CHANGES]
+    changed = now.unresumable_changes_from(saved)
     if changed:
         detail = ", ".join(
             f"{n}: {getattr(saved, n)!r} then, {getattr(now, n)!r} now" for n in changed

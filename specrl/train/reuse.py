@@ -14,7 +14,6 @@ from specrl.config import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
     MODEL_FILE,
-    RESUMABLE_CHANGES,
     SUMMARY_FILE,
     TrainConfig,
     load_config,
@@ -59,7 +58,7 @@ def train_or_resume(
             raise SpecrlError(f"{err}; {hint}") from None
         say(f"  {err}")
         return _restart(config, say, progress)
-    changed = [n for n in config.changes_from(saved) if n not in RESUMABLE_CHANGES]
+    changed = config.unresumable_changes_from(saved)
     if changed:
         if on_change == "refuse":
             raise SpecrlError(f"{run_dir} holds a run with another {', '.join(changed)}; {hint}")

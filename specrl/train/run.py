@@ -311,9 +311,7 @@ def _check_fresh(run_dir: Path) -> None:
 
 
 def _check_resumable(config: TrainConfig, checkpoint: Checkpoint) -> None:
-    changed = [
-        name for name in config.changes_from(checkpoint.config) if name not in RESUMABLE_CHANGES
-    ]
+    changed = config.unresumable_changes_from(checkpoint.config)
     if changed:
         raise SpecrlError(
             f"cannot resume {checkpoint.path.parent.parent} with a different {', '.join(changed)}"
