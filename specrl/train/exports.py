@@ -10,7 +10,14 @@ from specrl.errors import SpecrlError
 from specrl.files import write_json
 from specrl.table import KTable, load_table
 from specrl.table.stacks import export_file
-from specrl.train.search import STACK_FORMATS, SearchResult, search_run, searched_export
+from specrl.train.search import (
+    NATIVE_EPISODES,
+    SEARCH_EPISODES,
+    STACK_FORMATS,
+    SearchResult,
+    search_run,
+    searched_export,
+)
 from specrl.train.table_search import TableSearchResult, native_file, search_native
 from specrl.train.to_table import Fidelity, checked_table
 from specrl.train.trained import TrainedRun
@@ -62,14 +69,15 @@ def write_exports(
     (None: :data:`~specrl.train.search.NATIVE_EPISODES` for the native table,
     :data:`~specrl.train.search.SEARCH_EPISODES` for the stacks); ``native_episodes``, where
     given, the native table's alone."""
-    episodes = {} if search_episodes is None else {"episodes": search_episodes}
-    native_count = search_episodes if native_episodes is None else native_episodes
-    native_kw = {} if native_count is None else {"episodes": native_count}
+    if native_episodes is None:
+        native_episodes = NATIVE_EPISODES if search_episodes is None else search_episodes
+    if search_episodes is None:
+        search_episodes = SEARCH_EPISODES
     learned, fidelity = checked_table(run, progress=progress)
     native = where / NATIVE_FILE
     native_search = None
     if search:
-        native_search = search_native(run, learned, progress=progress, **native_kw)
+        native_search = search_native(run, learned, progress=progress, episodes=native_episodes)
         native_file(learned, native_search).save(native)
     else:
         learned.save(native)
@@ -86,7 +94,7 @@ def write_exports(
             acceptance=acceptance,
             progress=progress,
             errors=failed,
-            **episodes,
+            episodes=search_episodes,
         )
     stacks = []
     for fmt in STACK_FORMATS:
