@@ -63,7 +63,8 @@ class Args:
     before stop 51."""
     search_episodes: Annotated[int | None, optional(positive_int)] = None
     """The stack searches' tuning episodes per schedule and workload
-    (``specrl.train.search.SEARCH_EPISODES`` when not given)."""
+    (``specrl.train.search.stack_search_episodes`` when not given: 8 per workload over the
+    training mix, 32 with --per-workload)."""
     native_episodes: Annotated[int | None, optional(positive_int)] = None
     """The native search's tuning (and confirmation) episodes per table and workload
     (``specrl.train.search.NATIVE_EPISODES`` when not given)."""

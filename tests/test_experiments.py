@@ -344,7 +344,7 @@ def test_engineer_script_rates_against_the_benchmarks_pick_where_hindsight_picks
 def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(tmp_path, capsys):
     from specrl.profile.synthetic import linear_profile
     from specrl.train import train
-    from specrl.train.search import SEARCH_EPISODES
+    from specrl.train.search import stack_search_episodes
 
     profile = tmp_path / "linear.json"
     linear_profile().save(profile)
@@ -371,9 +371,9 @@ def test_engineer_script_rates_the_table_and_every_export_against_the_engineer(t
     assert row["engineer_by_tuning"] == own
     assert row["by_tuning"]["engineer"]["ratio"] == pytest.approx(eng / rate[own])
     assert row["by_tuning"]["vllm"]["ratio"] == pytest.approx(rate["schedule:vllm"] / rate[own])
-    for fmt in ("vllm", "trtllm", "sglang"):  # the stacks' search tunes on SEARCH_EPISODES
+    for fmt in ("vllm", "trtllm", "sglang"):  # searched on the run's mix of three workloads
         seeds = json.loads((out / f"{fmt}.json").read_text())["specrl"]["chosen_by"]["seeds"]
-        assert seeds == list(range(50_000, 50_000 + SEARCH_EPISODES))
+        assert seeds == list(range(50_000, 50_000 + stack_search_episodes(3)))
     assert "| ramp | " in (out / "engineer.md").read_text()
     assert f"| ramp | {own} | " in (out / "engineer.md").read_text()
     # --judge-only judges the same files again, without a search: the same figures.

@@ -22,7 +22,7 @@ from specrl.profile.synthetic import linear_profile
 from specrl.table import load_table, table_from_json
 from specrl.table.build import monotone_in_acceptance
 from specrl.train import train
-from specrl.train.search import SEARCH_EPISODES
+from specrl.train.search import stack_search_episodes
 from specrl.train.to_table import (
     ACCEPTANCE_EDGES,
     REQUEST_ACCEPTANCE_EDGES,
@@ -366,7 +366,8 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
         argv = ["export", "--run", str(run_dir), "--out", str(out), "--format", fmt]
         assert main([*argv, "--no-progress", "--force", "--workload", "ramp"]) == 0
         printed = capsys.readouterr().out
-        last = 50_000 + SEARCH_EPISODES - 1  # the stacks' default, more than the engineer's
+        episodes = stack_search_episodes(1)  # 32 for one workload, more than the engineer's
+        last = 50_000 + episodes - 1
         assert f"{fmt}: searched from " in printed and f"judged on seeds 50000-{last} of ramp" in (
             printed
         )
@@ -375,7 +376,7 @@ def test_export_cli_searches_each_stack_format(run_dir, tmp_path, capsys):
         assert chosen["method"] == "search" and chosen["workloads"] == ["ramp"]
         incumbent = chosen["incumbent"]  # the engineer's sweep or threshold, as compare tunes it
         assert incumbent in chosen["starts"] and ("sweep" in incumbent or "threshold" in incumbent)
-        assert chosen["confirm_seeds"] == list(range(55_000, 55_000 + SEARCH_EPISODES))
+        assert chosen["confirm_seeds"] == list(range(55_000, 55_000 + episodes))
         assert chosen["score"] >= chosen["starts"][incumbent]  # never below it on either set
         assert chosen["score_confirm"] >= chosen["starts_confirm"][incumbent]
         assert f"confirmed on seeds 55000-{last + 5_000}: score " in printed

@@ -237,6 +237,14 @@ def test_own_start_names_use_the_possessive():
     assert own_start_name("bursts (2)", "sweep") == "bursts (2)'s sweep"
 
 
+def test_a_stack_search_plays_eight_episodes_a_workload_and_thirty_two_in_all_at_least():
+    from specrl.train.search import SEARCH_EPISODES, SEARCH_TOTAL_EPISODES, stack_search_episodes
+
+    assert (SEARCH_EPISODES, SEARCH_TOTAL_EPISODES) == (8, 32)
+    # One workload (--workload W or a trace): 32; the training mix of eight: 8 each.
+    assert [stack_search_episodes(n) for n in (1, 2, 3, 4, 8, 12)] == [32, 16, 11, 8, 8, 8]
+
+
 def test_a_search_on_more_seeds_also_starts_from_the_engineer_tuned_on_two():
     more = small_scorer(seeds=(50_000, 50_001, 50_002))
     two = small_scorer()

@@ -95,8 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="the search's tuning episodes per table or schedule and workload (each search "
-        "confirms on as many more); default: 8 (specrl.train.search.NATIVE_EPISODES for "
-        "the native table, SEARCH_EPISODES for a stack's schedule)",
+        "confirms on as many more); default: 8 for the native table (NATIVE_EPISODES), and "
+        "for a stack's schedule 8 per workload and 32 in all at least (32 for one workload)",
     )
     parser.add_argument(
         "--no-search",

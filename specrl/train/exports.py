@@ -12,7 +12,6 @@ from specrl.table import KTable, load_table
 from specrl.table.stacks import export_file
 from specrl.train.search import (
     NATIVE_EPISODES,
-    SEARCH_EPISODES,
     STACK_FORMATS,
     SearchResult,
     search_run,
@@ -67,12 +66,10 @@ def write_exports(
     the table collapsed at its operating acceptance. A format that cannot hold the table is
     recorded, not raised. ``search_episodes``: the searches' tuning episodes per workload
     (None: :data:`~specrl.train.search.NATIVE_EPISODES` for the native table,
-    :data:`~specrl.train.search.SEARCH_EPISODES` for the stacks); ``native_episodes``, where
-    given, the native table's alone."""
+    :func:`~specrl.train.search.stack_search_episodes` for the stacks);
+    ``native_episodes``, where given, the native table's alone."""
     if native_episodes is None:
         native_episodes = NATIVE_EPISODES if search_episodes is None else search_episodes
-    if search_episodes is None:
-        search_episodes = SEARCH_EPISODES
     learned, fidelity = checked_table(run, progress=progress)
     native = where / NATIVE_FILE
     native_search = None

@@ -28,7 +28,7 @@ searches the format's own class instead, judged in the surrogate:
    start, that start is kept.
 
 The score (:class:`VersusEngineer`) weighs a schedule's tokens/s on each workload against
-that workload's own engineer, on :data:`SEARCH_EPISODES` tuning seeds per workload from
+that workload's own engineer, on :func:`stack_search_episodes` tuning seeds per workload from
 :data:`specrl.seeds.TUNE_SEED` (each engineer tuned on the same seeds): half the worst
 workload's ratio, half the geometric mean of the ratios. The result is never below the
 incumbent on either set of seeds (smoothed) nor below a start that beat it on both; a start
@@ -91,9 +91,14 @@ schedules apart only so finely, and a smaller gain is as likely the seeds' as th
 schedule's."""
 SEARCH_EPISODES = 8
 """Tuning episodes per schedule and workload in the stack schedules' search (from
-:data:`specrl.seeds.TUNE_SEED`): the engineer tunes on
+:data:`specrl.seeds.TUNE_SEED`), at least: the engineer tunes on
 :data:`~specrl.policies.engineer.TUNE_EPISODES`, and a schedule chosen on that few fits
 their draws of acceptance and arrivals (docs/stacks.md)."""
+SEARCH_TOTAL_EPISODES = 32
+"""Tuning episodes per schedule over all the workloads a stack search judges, at least
+(:func:`stack_search_episodes`): a search for one workload or trace plays 32 of it, one over
+the training mix 8 of each. Schedules of one workload differ by tenths of a percent, less
+than 8 of its episodes tell apart (docs/stacks.md)."""
 NATIVE_EPISODES = SEARCH_EPISODES
 """Tuning episodes per table and workload in the native table's search, and as many again
 on the confirmation seeds (:mod:`specrl.train.table_search`): the learned table and the
@@ -101,6 +106,13 @@ engineer's sweep are often level on the training mix, and on fewer episodes the 
 whichever the seeds' draws favour (docs/stacks.md)."""
 STACK_FORMATS = ("vllm", "trtllm", "sglang")
 GEOMETRIC = Scorer.objective
+
+
+def stack_search_episodes(workloads: int) -> int:
+    """A stack search's tuning episodes per schedule and workload over ``workloads``
+    workloads: :data:`SEARCH_EPISODES`, or more where that many would play fewer than
+    :data:`SEARCH_TOTAL_EPISODES` in all."""
+    return max(SEARCH_EPISODES, -(-SEARCH_TOTAL_EPISODES // max(1, workloads)))
 
 
 def relative_objective(worst_weight: float = WORST_WEIGHT) -> str:
@@ -740,7 +752,7 @@ def search_run(
     progress: bool = True,
     errors: dict[str, SpecrlError] | None = None,
     worst_weight: float = WORST_WEIGHT,
-    episodes: int = SEARCH_EPISODES,
+    episodes: int | None = None,
 ) -> dict[str, SearchResult]:
     """:func:`best_schedule` for each of ``formats`` from the run's exported ``table``,
     judged on ``workloads`` (presets or trace files; default: the run's training mix) in the
@@ -749,14 +761,17 @@ def search_run(
     collapse. With ``errors`` given, a format that cannot hold any start (TensorRT-LLM for a
     table that never drafts at batch 1) is recorded there instead of raised.
     ``worst_weight``: the score's weight on the worst workload (:class:`VersusEngineer`);
-    ``episodes``: tuning episodes per schedule and workload, and as many again on the
-    confirmation seeds; the incumbent is the better of :func:`engineer_incumbents`. Its
-    scorers share their episodes (:func:`~specrl.policies.engineer.shared_episodes`)."""
+    ``episodes``: tuning episodes per schedule and workload (None:
+    :func:`stack_search_episodes`), and as many again on the confirmation seeds; the
+    incumbent is the better of :func:`engineer_incumbents`. Its scorers share their episodes
+    (:func:`~specrl.policies.engineer.shared_episodes`)."""
 
     with shared_episodes():  # the 2-seed engineer replays none of the tuning's episodes
         run = as_run(run_dir)
         config = run.config
         names = list(workloads or config.workloads)
+        if episodes is None:
+            episodes = stack_search_episodes(len(names))
         scorer = Scorer([run.env(w) for w in names], tuning_seeds(episodes))
         clock = time.perf_counter()
         objective = VersusEngineer(
