@@ -712,6 +712,15 @@ def test_headroom_script_judges_the_oracles_against_the_engineer(tmp_path):
     assert "clairvoyant lookahead" in (out / "headroom.md").read_text()
 
 
+def test_headroom_share_is_given_only_over_a_headroom_of_note():
+    module = load("headroom")
+    assert module.native_share(1.005, 0.01) == pytest.approx(0.5)
+    assert module.native_share(0.998, 0.004) == pytest.approx(-0.5)
+    assert module.native_share(0.9977, 1e-6) is None  # a near-zero headroom: no share
+    assert module.native_share(1.0, -0.0026) is None
+    assert module.native_share(1.0005, module.MIN_SHARED_HEADROOM) == pytest.approx(0.5)
+
+
 def test_headroom_oracle_and_engineer_is_either_where_its_buckets_say():
     from specrl.envs import SurrogateSpecEnv, run_episode
     from specrl.features import BUCKET_LABELS
@@ -734,6 +743,7 @@ def test_headroom_oracle_and_engineer_is_either_where_its_buckets_say():
 def test_headroom_oracle_and_engineer_is_tuned_on_seeds_a_comparison_refuses():
     from specrl.compare import compare_policies
     from specrl.envs import SurrogateSpecEnv
+    from specrl.features import BUCKET_LABELS
     from specrl.policies import BatchThreshold
     from specrl.seeds import TUNE_SEED
 
@@ -741,7 +751,11 @@ def test_headroom_oracle_and_engineer_is_tuned_on_seeds_a_comparison_refuses():
     env = SurrogateSpecEnv(workload="bursts", workload_kwargs={"peak": 16}, max_batch=16)
     hybrid = module.tune_oracle_and_engineer(env, BatchThreshold(3, 8, env.max_batch))
     assert hybrid.tuning.seeds == list(range(TUNE_SEED, TUNE_SEED + module.TUNE_EPISODES))
-    assert hybrid.tuning.scores["none"] <= hybrid.tuning.tokens_per_s
-    assert len(hybrid.tuning.scores) == 8  # none, then each bucket tried in turn
+    scores = hybrid.tuning.scores
+    # Each bucket, then the range from it up, kept only where it gains: what it keeps is the
+    # best it tried; the range from one row up (the engineer everywhere) is always tried.
+    assert hybrid.tuning.tokens_per_s == max(scores.values())
+    assert scores[", ".join(hybrid.labels()) or "none"] == hybrid.tuning.tokens_per_s
+    assert {"none", "1", ", ".join(BUCKET_LABELS)} <= set(scores)
     with pytest.raises(SpecrlError, match="tuned on seeds"):
         compare_policies(env, [hybrid], seed=TUNE_SEED + 1, episodes=1, progress=False)
