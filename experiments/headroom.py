@@ -238,9 +238,8 @@ def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
     buckets from one up, that raises tokens/s most, until none raises it. Ranges are tried
     because a steady K over several buckets can gain where no one bucket does: the engineer
     in one bucket moves the oracle's switches to its edges, where each still pays the
-    catch-up.
-    The buckets it took are on ``.buckets``, how they were chosen on ``.tuning`` (so a
-    comparison refuses to judge it on its tuning seeds, as it refuses the engineer's)."""
+    catch-up. The buckets it took are on ``.buckets``, how they were chosen on ``.tuning``
+    (so a comparison refuses to judge it on its tuning seeds, as it refuses the engineer's)."""
     from specrl.features import BUCKET_LABELS
     from specrl.policies.engineer import (
         Scorer,
@@ -257,7 +256,7 @@ def tune_oracle_and_engineer(env, engineer) -> OracleAndEngineer:
 
     def rate(buckets: frozenset[str]) -> float:
         name = ", ".join(OracleAndEngineer(env, engineer, buckets).labels()) or "none"
-        if name not in scores:  # played once: the last bucket is its own range
+        if name not in scores:  # a set recurs (the last bucket is its own range): play it once
             policy_for = lambda e: OracleAndEngineer(e, engineer, buckets)  # noqa: E731
             scores[name] = geometric_rate(scorer.play_policy(policy_for))
         return scores[name]

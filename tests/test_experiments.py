@@ -752,8 +752,9 @@ def test_headroom_oracle_and_engineer_is_tuned_on_seeds_a_comparison_refuses():
     hybrid = module.tune_oracle_and_engineer(env, BatchThreshold(3, 8, env.max_batch))
     assert hybrid.tuning.seeds == list(range(TUNE_SEED, TUNE_SEED + module.TUNE_EPISODES))
     scores = hybrid.tuning.scores
-    # Each bucket, then the range from it up, kept only where it gains: what it keeps is the
-    # best it tried; the range from one row up (the engineer everywhere) is always tried.
+    # Each round adds the bucket or range that gains most, and only where it gains: what it
+    # keeps is the best it tried; the range from one row up (the engineer everywhere) is
+    # tried in the first round.
     assert hybrid.tuning.tokens_per_s == max(scores.values())
     assert scores[", ".join(hybrid.labels()) or "none"] == hybrid.tuning.tokens_per_s
     assert {"none", "1", ", ".join(BUCKET_LABELS)} <= set(scores)
